@@ -1,0 +1,1 @@
+"""The `fleetgate` command line."""

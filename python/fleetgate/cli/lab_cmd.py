@@ -1,0 +1,99 @@
+"""`fleetgate lab`: a real local fleet of SSH hosts (podman containers, qemu VMs) on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, get_args
+
+import typer
+from rich.table import Table
+
+from fleetgate.cli.output import console, print_json
+from fleetgate.errors import BadInput
+from fleetgate.lab import fleet
+from fleetgate.lab.inventory import write_inventory
+from fleetgate.lab.paths import LabPaths, default_lab_dir
+from fleetgate.lab.state import FaultKind
+
+app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)
+
+
+@app.callback()
+def _lab(
+    ctx: typer.Context,
+    lab_dir: Annotated[Path | None, typer.Option(
+        "--lab-dir", envvar="FLEETGATE_LAB_DIR", help="Lab state directory.")] = None,
+) -> None:
+    ctx.obj = LabPaths((lab_dir or default_lab_dir()).resolve())
+
+
+@app.command()
+def up(
+    ctx: typer.Context,
+    containers: Annotated[int, typer.Option(min=0, max=200)] = 6,
+    vms: Annotated[int, typer.Option(min=0, max=8)] = 0,
+    container_class: str = "lab-cpu",
+    vm_class: str = "lab-vm",
+) -> None:
+    """Start N container hosts and M VM hosts, wait for SSH on each, write the inventory."""
+    paths: LabPaths = ctx.obj
+    state = fleet.up(paths, containers=containers, vms=vms,
+                     container_class=container_class, vm_class=vm_class)
+    console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}")
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Host, kind, class, port, pool, running, reachable over SSH, active faults."""
+    rows = fleet.status(ctx.obj)
+    if as_json:
+        print_json([{**s.host.model_dump(), "running": s.running, "reachable": s.reachable}
+                    for s in rows])
+        return
+    table = Table("host", "kind", "class", "port", "pool", "rack/zone", "running", "ssh", "faults")
+    for s in rows:
+        h = s.host
+        table.add_row(h.name, h.kind, h.node_class, str(h.port), h.pool, f"{h.rack}/{h.zone}",
+                      "yes" if s.running else "[red]no[/red]",
+                      "[green]ok[/green]" if s.reachable else "[red]down[/red]",
+                      ",".join(h.faults))
+    console.print(table)
+
+
+@app.command()
+def inventory(ctx: typer.Context) -> None:
+    """(Re)write the lab's Ansible inventory and print its path."""
+    paths: LabPaths = ctx.obj
+    print(write_inventory(paths, fleet.require_state(paths)))
+
+
+@app.command()
+def down(ctx: typer.Context) -> None:
+    """Remove every host of this lab and its state; leaves no container, process or port."""
+    removed = fleet.down(ctx.obj)
+    console.print(f"lab down: removed {len(removed)} host(s)")
+
+
+@app.command()
+def fault(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Argument()],
+    kind: Annotated[str, typer.Argument(help="stop | throttle-cpu | cut-network")],
+) -> None:
+    """Inject a real fault into one host."""
+    kinds = get_args(FaultKind)
+    if kind not in kinds:
+        raise BadInput(f"unknown fault kind (known: {', '.join(kinds)})", source="KIND",
+                       field=kind)
+    fleet.fault(ctx.obj, host, kind)  # type: ignore[arg-type]
+    console.print(f"{host}: fault {kind} injected")
+
+
+@app.command()
+def heal(ctx: typer.Context, host: Annotated[str, typer.Argument()]) -> None:
+    """Undo every fault on a host and wait until it answers SSH again."""
+    healed = fleet.heal_host(ctx.obj, host)
+    console.print(f"{host}: healed {', '.join(healed) or 'nothing'}")

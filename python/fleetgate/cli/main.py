@@ -1,0 +1,49 @@
+"""Entry point: `fleetgate`. Expected failures become one line on stderr and a distinct exit code.
+
+Exit codes: 0 ok, 1 operation failed (e.g. a host unreachable), 2 bad input (nothing ran),
+3 lab error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from fleetgate.cli import fleet_cmd, lab_cmd, spec_cmd
+from fleetgate.errors import FleetgateError
+
+app = typer.Typer(
+    name="fleetgate",
+    help="Golden images, pinned GPU stacks and gated canary rollouts for GPU fleets.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(spec_cmd.app, name="spec")
+app.add_typer(lab_cmd.app, name="lab")
+app.add_typer(fleet_cmd.app, name="fleet")
+
+
+def main() -> None:
+    try:
+        rc = app(standalone_mode=False)
+    except FleetgateError as exc:
+        print(f"fleetgate: {exc.one_line()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "fleetgate"
+        print(f"{where}: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        sys.exit(2)
+    except click.ClickException as exc:
+        print(f"fleetgate: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        print("fleetgate: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Real faults for lab hosts, and their healing. Nothing here fakes a result:
+
+- stop: the container is stopped / the VM is powered off.
+- throttle-cpu: `podman update --cpus` caps the container's CFS quota, so GEMM really slows.
+- cut-network: every packet that is not loopback is dropped inside the host's network
+  namespace (container), or the VM's NIC link is set down in qemu.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fleetgate.errors import BadInput
+from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.podman import Podman
+from fleetgate.lab.procs import require_tool, run
+from fleetgate.lab.state import FaultKind, LabHost
+from fleetgate.lab.vm_hosts import monitor_command, start_vm, stop_vm
+
+THROTTLED_CPUS = "0.05"
+CUT_RULES = (["INPUT", "!", "-i", "lo", "-j", "DROP"], ["OUTPUT", "!", "-o", "lo", "-j", "DROP"])
+
+
+def _netns_iptables(podman: Podman, host: LabHost, op: str) -> None:
+    nsenter = require_tool("nsenter", "util-linux")
+    iptables = require_tool("iptables", "iptables")
+    pid = podman.container_pid(host.runtime_name)
+    for rule in CUT_RULES:
+        run([nsenter, "-t", str(pid), "-n", iptables, op, *rule], timeout=30)
+
+
+def inject(paths: LabPaths, podman: Podman, host: LabHost, kind: FaultKind) -> None:
+    if kind in host.faults:
+        raise BadInput(f"fault {kind} is already active", source=host.name, field="fault")
+    if "stop" in host.faults:
+        raise BadInput("host is stopped; heal it first", source=host.name, field="fault")
+    if kind == "stop":
+        if host.kind == "container":
+            podman("stop", "--time", "2", host.runtime_name)
+        else:
+            stop_vm(paths, host)
+            host.supervisor_pid = None
+    elif kind == "throttle-cpu":
+        if host.kind != "container":
+            raise BadInput("throttle-cpu needs a container host", source=host.name, field="fault")
+        podman("update", "--cpus", THROTTLED_CPUS, host.runtime_name)
+    elif kind == "cut-network":
+        if host.kind == "container":
+            _netns_iptables(podman, host, "-I")
+        else:
+            monitor_command(paths, host, "set_link n0 off")
+    host.faults.append(kind)
+
+
+def heal(paths: LabPaths, podman: Podman, host: LabHost) -> list[str]:
+    healed: list[str] = []
+    if "stop" in host.faults and "cut-network" in host.faults:
+        # A restarted host comes back with a fresh network namespace / NIC: the cut is gone.
+        host.faults.remove("cut-network")
+        healed.append("cut-network")
+    for kind in sorted(host.faults, key=lambda k: k != "stop"):
+        if kind == "stop":
+            if host.kind == "container":
+                podman("start", host.runtime_name)
+            else:
+                host.supervisor_pid = start_vm(paths, host)
+        elif kind == "throttle-cpu":
+            # `--cpus 0` does not clear a quota on podman 4.3; a quota of every host CPU does.
+            podman("update", "--cpus", str(os.cpu_count() or 1), host.runtime_name)
+        elif kind == "cut-network":
+            if host.kind == "container":
+                _netns_iptables(podman, host, "-D")
+            else:
+                monitor_command(paths, host, "set_link n0 on")
+        host.faults.remove(kind)
+        healed.append(kind)
+    return healed

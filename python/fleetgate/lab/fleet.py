@@ -1,0 +1,217 @@
+"""Bring a local lab fleet up, report on it, fault it, and take it down without leftovers."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from fleetgate.errors import BadInput, LabError
+from fleetgate.lab import container_hosts, vm_hosts
+from fleetgate.lab.faults import heal, inject
+from fleetgate.lab.inventory import write_inventory
+from fleetgate.lab.keys import (
+    close_control_masters,
+    ensure_client_key,
+    host_key,
+    new_control_dir,
+    ssh_argv,
+    write_known_hosts,
+)
+from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.podman import Podman
+from fleetgate.lab.ports import free_port, is_listening
+from fleetgate.lab.procs import run
+from fleetgate.lab.state import FaultKind, LabHost, LabState, load_state, save_state
+from fleetgate.spec.loader import resolve_class
+from fleetgate.spec.schema import NodeClass
+
+CONTAINER_SSH_TIMEOUT = 60.0
+VM_SSH_TIMEOUT = 300.0  # TCG boots take ~20 s idle, far longer on a busy 2-core machine
+RACKS = ("rack1", "rack2", "rack3")
+ZONE_OF_RACK = {"rack1": "zone-a", "rack2": "zone-a", "rack3": "zone-b"}
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: LabHost
+    running: bool
+    reachable: bool
+
+
+def _pools(n: int) -> list[str]:
+    """One canary, then the rest split into two waves (the smaller wave first)."""
+    if n == 0:
+        return []
+    rest = n - 1
+    wave1 = rest // 2 or rest
+    return ["pool_canary"] + ["pool_wave1"] * wave1 + ["pool_wave2"] * (rest - wave1)
+
+
+def _plan_hosts(
+    paths: LabPaths, n: int, kind: str, nc: NodeClass, image: str, prefix: str, ports: set[int],
+    offset: int,
+) -> list[LabHost]:
+    hosts = []
+    for i, pool in enumerate(_pools(n)):
+        name = f"{prefix}{i + 1:02d}"
+        rack = RACKS[(offset + i) % len(RACKS)]
+        hosts.append(LabHost(
+            name=name, kind=kind,
+            node_class=nc.name, port=free_port(ports), rack=rack, zone=ZONE_OF_RACK[rack],
+            pool=pool, image=image,
+            runtime_name=container_hosts.container_name(paths, name) if kind == "container"
+            else name,
+        ))
+    return hosts
+
+
+def ssh_ok(paths: LabPaths, port: int, timeout: float = 10) -> bool:
+    try:
+        proc = run(ssh_argv(paths, port, "true"), timeout=timeout, check=False)
+    except LabError:
+        return False
+    return proc.returncode == 0
+
+
+def wait_for_ssh(paths: LabPaths, host: LabHost, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if is_listening(host.port) and ssh_ok(paths, host.port):
+            return
+        if host.kind == "vm" and not vm_hosts.pid_alive(host.supervisor_pid):
+            raise LabError("VM supervisor exited during boot (see supervisor.log, boots.jsonl)",
+                           source=host.name)
+        time.sleep(1)
+    raise LabError(f"no SSH after {timeout:.0f}s", source=host.name, field=f"port {host.port}")
+
+
+def up(
+    paths: LabPaths,
+    *,
+    containers: int,
+    vms: int,
+    container_class: str = "lab-cpu",
+    vm_class: str = "lab-vm",
+    container_image: str | None = None,
+) -> LabState:
+    if containers < 0 or vms < 0 or containers + vms == 0:
+        raise BadInput("need at least one host, and no negative counts", source="--containers")
+    existing = load_state(paths.state)
+    if existing is not None and existing.hosts:
+        raise LabError(f"a lab is already up in {paths.root}; run `fleetgate lab down` first",
+                       source=str(paths.state))
+    _, cnc = resolve_class(container_class)
+    _, vnc = resolve_class(vm_class)
+    if containers and cnc.lab.kind != "container":
+        raise BadInput(f"class {cnc.name} is a {cnc.lab.kind} class", source="--container-class")
+    if vms and vnc.lab.kind != "vm":
+        raise BadInput(f"class {vnc.name} is a {vnc.lab.kind} class", source="--vm-class")
+
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.marker.touch()
+    ensure_client_key(paths)
+    podman = Podman(paths.containers_conf)
+    state = LabState(lab_id=paths.lab_id, control_dir=new_control_dir())
+    ports: set[int] = set()
+    try:
+        if containers:
+            image = container_image or container_hosts.ensure_base_image(podman, cnc)
+            state.hosts += _plan_hosts(
+                paths, containers, "container", cnc, image, "lab-c", ports, 0)
+        if vms:
+            key = vm_hosts.vm_recipe(vnc).key()
+            state.hosts += _plan_hosts(paths, vms, "vm", vnc, key, "lab-v", ports, containers)
+        write_known_hosts(paths, {h.port: host_key(paths, h.name) for h in state.hosts})
+        save_state(paths.state, state)
+        for h in state.hosts:
+            if h.kind == "container":
+                container_hosts.start_container(podman, paths, h)
+            else:
+                vm_hosts.make_disk(paths, h, vnc)
+                h.supervisor_pid = vm_hosts.start_vm(paths, h)
+            save_state(paths.state, state)
+        write_inventory(paths, state)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            waits = [
+                pool.submit(wait_for_ssh, paths, h,
+                            CONTAINER_SSH_TIMEOUT if h.kind == "container" else VM_SSH_TIMEOUT)
+                for h in state.hosts
+            ]
+            for w in waits:
+                w.result()
+    except BaseException:
+        # Never strand half a lab: whatever started is taken down again.
+        down(paths)
+        raise
+    return state
+
+
+def require_state(paths: LabPaths) -> LabState:
+    state = load_state(paths.state)
+    if state is None or not state.hosts:
+        raise LabError(f"no lab is up in {paths.root}; run `fleetgate lab up`",
+                       source=str(paths.state))
+    return state
+
+
+def status(paths: LabPaths) -> list[HostStatus]:
+    state = require_state(paths)
+    podman = Podman(paths.containers_conf)
+
+    def one(h: LabHost) -> HostStatus:
+        if h.kind == "container":
+            out = podman("inspect", "--format", "{{.State.Running}}", h.runtime_name,
+                         check=False).stdout.strip()
+            running = out == "true"
+        else:
+            running = vm_hosts.pid_alive(h.supervisor_pid)
+        reachable = running and is_listening(h.port) and ssh_ok(paths, h.port, timeout=8)
+        return HostStatus(h, running, reachable)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, state.hosts))
+
+
+def down(paths: LabPaths) -> list[str]:
+    """Remove every container labelled with this lab, stop every VM, delete the lab dir."""
+    removed: list[str] = []
+    state = load_state(paths.state) if paths.state.exists() else None
+    if shutil.which("podman"):
+        removed += container_hosts.remove_containers(Podman(paths.containers_conf), paths)
+    vm_hosts_known = [h for h in (state.hosts if state else []) if h.kind == "vm"]
+    for h in vm_hosts_known:
+        vm_hosts.stop_vm(paths, h)
+        removed.append(h.name)
+    # VM dirs with no state entry (a crash between start and save) still get stopped.
+    hosts_root = paths.root / "hosts"
+    if hosts_root.is_dir():
+        for hdir in hosts_root.iterdir():
+            if (hdir / "qemu.pid").exists():
+                ghost = LabHost(name=hdir.name, kind="vm", node_class="unknown", port=1024,
+                                rack="", zone="", pool="", image="", runtime_name=hdir.name)
+                vm_hosts.stop_vm(paths, ghost)
+    close_control_masters(state.control_dir if state else None)
+    if paths.marker.exists():
+        shutil.rmtree(paths.root)
+    return removed
+
+
+def fault(paths: LabPaths, host_name: str, kind: FaultKind) -> LabHost:
+    state = require_state(paths)
+    host = state.host(host_name)
+    inject(paths, Podman(paths.containers_conf), host, kind)
+    save_state(paths.state, state)
+    return host
+
+
+def heal_host(paths: LabPaths, host_name: str, *, wait: bool = True) -> list[str]:
+    state = require_state(paths)
+    host = state.host(host_name)
+    healed = heal(paths, Podman(paths.containers_conf), host)
+    save_state(paths.state, state)
+    if wait and healed:
+        wait_for_ssh(paths, host, CONTAINER_SSH_TIMEOUT if host.kind == "container"
+                     else VM_SSH_TIMEOUT)
+    return healed

@@ -1,0 +1,42 @@
+"""Subprocess helpers for the lab: every external command has a timeout and a readable error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from fleetgate.errors import LabError
+
+
+def require_tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LabError(f"{name} not found on PATH (install the Debian package {package})",
+                       source=name)
+    return path
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 120,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=env,
+            input=input_text, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise LabError(f"timed out after {timeout:.0f}s", source=argv[0],
+                       field=" ".join(argv[1:3])) from None
+    except FileNotFoundError:
+        raise LabError("command not found", source=argv[0]) from None
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise LabError(f"exit {proc.returncode}: {tail[0]}", source=argv[0],
+                       field=" ".join(argv[1:3]))
+    return proc

@@ -1,0 +1,63 @@
+"""The lab's record of its hosts, written atomically after every change."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from fleetgate.errors import BadInput
+
+HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
+HostName = Annotated[str, StringConstraints(pattern=HOST_NAME_RE)]
+FaultKind = Literal["stop", "throttle-cpu", "cut-network"]
+
+
+class LabHost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: HostName
+    kind: Literal["container", "vm"]
+    node_class: str
+    port: Annotated[int, Field(ge=1024, le=65535)]
+    rack: str
+    zone: str
+    pool: str
+    image: str  # podman image ref, or the VM's base-rootfs cache key
+    runtime_name: str  # podman container name, or the VM's directory name
+    supervisor_pid: int | None = None  # VM hosts only
+    faults: list[FaultKind] = Field(default_factory=list)
+
+
+class LabState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lab_id: str
+    control_dir: str | None = None
+    hosts: list[LabHost] = Field(default_factory=list)
+
+    def host(self, name: str) -> LabHost:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        known = ", ".join(h.name for h in self.hosts) or "none"
+        raise BadInput(f"no such lab host (hosts: {known})", source="HOST", field=name)
+
+
+def load_state(path: Path) -> LabState | None:
+    if not path.exists():
+        return None
+    try:
+        return LabState.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise BadInput(f"corrupt lab state: {exc.errors()[0]['msg']}", source=path) from None
+
+
+def save_state(path: Path, state: LabState) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.model_dump(), indent=2))
+    os.replace(tmp, path)

@@ -1,0 +1,164 @@
+"""Lab hosts as qemu VMs that boot a real pinned kernel.
+
+The disk is an ext4 image made with `mkfs.ext4 -d` from an mmdebstrap rootfs that includes the
+class's kernel ABI. qemu boots it directly (-kernel/-initrd), and a small supervisor process
+plays bootloader: before every boot it reads the kernel that the disk's /vmlinuz and
+/initrd.img links point at, so a kernel update followed by a reboot really changes kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fleetgate.errors import LabError
+from fleetgate.lab.keys import host_key
+from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.procs import require_tool, run
+from fleetgate.lab.rootfs import RootfsRecipe, extract, rootfs_tar
+from fleetgate.lab.state import LabHost
+from fleetgate.spec.schema import NodeClass
+
+DISK_SIZE = "4G"
+
+VM_HOOKS = (
+    'rm -f "$1"/etc/ssh/ssh_host_*',
+    'mkdir -p "$1"/root/.ssh "$1"/etc/systemd/network',
+    'printf "PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n"'
+    ' > "$1"/etc/ssh/sshd_config.d/fleetgate-lab.conf',
+    'printf "[Match]\\nName=eth0\\n\\n[Network]\\nDHCP=ipv4\\n"'
+    ' > "$1"/etc/systemd/network/10-eth0.network',
+    'printf "nameserver 10.0.2.3\\n" > "$1"/etc/resolv.conf',
+    'printf "/dev/vda / ext4 rw,errors=remount-ro 0 1\\n" > "$1"/etc/fstab',
+    'chroot "$1" systemctl enable systemd-networkd ssh',
+)
+
+VM_BASE_PACKAGES = (
+    "systemd-sysv", "udev", "kmod", "dbus", "initramfs-tools", "openssh-server", "python3",
+    "python3-apt", "iproute2", "procps", "ca-certificates", "e2fsprogs",
+)
+
+
+def vm_recipe(nc: NodeClass) -> RootfsRecipe:
+    k = nc.kernel
+    packages = [*VM_BASE_PACKAGES, f"linux-image-{k.abi}={k.package_version}"]
+    if nc.dkms:
+        # DKMS needs the headers of every kernel it builds for; the lab image carries them so
+        # roles under test spend their time building modules, not unpacking gcc under TCG.
+        packages += [f"linux-headers-{k.abi}={k.package_version}", "dkms"]
+    return RootfsRecipe(suite=nc.os.release, packages=tuple(packages), hooks=VM_HOOKS)
+
+
+def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass) -> Path:
+    """Build this VM's disk: cached rootfs + its own hostname, host key and authorized key."""
+    hdir = paths.host_dir(host.name)
+    disk = hdir / "disk.raw"
+    if disk.exists():
+        return disk
+    tar = rootfs_tar(vm_recipe(nc))
+    staging = hdir / "rootfs"
+    extract(tar, staging)
+    try:
+        key = host_key(paths, host.name)
+        ssh = staging / "etc" / "ssh"
+        shutil.copy2(key, ssh / "ssh_host_ed25519_key")
+        shutil.copy2(f"{key}.pub", ssh / "ssh_host_ed25519_key.pub")
+        os.chmod(ssh / "ssh_host_ed25519_key", 0o600)
+        auth = staging / "root" / ".ssh" / "authorized_keys"
+        shutil.copy2(paths.ssh_key.with_suffix(".pub"), auth)
+        os.chmod(auth, 0o600)
+        (staging / "etc" / "hostname").write_text(f"{host.name}\n")
+        tmp = disk.with_suffix(".partial")
+        run([require_tool("mkfs.ext4", "e2fsprogs"), "-q", "-F", "-L", "fleetgate-root",
+             "-d", str(staging), str(tmp), DISK_SIZE], timeout=300)
+        os.replace(tmp, disk)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return disk
+
+
+def start_vm(paths: LabPaths, host: LabHost, *, memory_mb: int = 1024) -> int:
+    """Start the supervisor for this VM in its own session; it outlives the CLI call."""
+    require_tool("qemu-system-x86_64", "qemu-system-x86")
+    require_tool("debugfs", "e2fsprogs")
+    hdir = paths.host_dir(host.name)
+    (hdir / "stop").unlink(missing_ok=True)
+    log = (hdir / "supervisor.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate.lab.vm_supervisor",
+         "--dir", str(hdir), "--port", str(host.port), "--memory", str(memory_mb)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+    )
+    log.close()
+    return proc.pid
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is not running.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def stop_vm(paths: LabPaths, host: LabHost, *, timeout: float = 30) -> None:
+    hdir = paths.host_dir(host.name)
+    (hdir / "stop").touch()
+    pid = host.supervisor_pid
+    if pid_alive(pid):
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    # Belt and braces: a qemu orphaned by a killed supervisor still holds the port.
+    qpid_file = hdir / "qemu.pid"
+    if qpid_file.exists():
+        try:
+            qpid = int(qpid_file.read_text().strip() or 0)
+        except ValueError:
+            qpid = 0
+        if pid_alive(qpid) and _is_our_qemu(qpid, hdir):
+            os.kill(qpid, signal.SIGKILL)
+        qpid_file.unlink(missing_ok=True)
+
+
+def _is_our_qemu(pid: int, hdir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "qemu-system" in cmdline and str(hdir) in cmdline
+
+
+def monitor_command(paths: LabPaths, host: LabHost, command: str) -> str:
+    """Send one HMP command to the VM's qemu monitor socket."""
+    import socket
+
+    sock_path = paths.host_dir(host.name) / "monitor.sock"
+    if not sock_path.exists():
+        raise LabError("qemu monitor socket missing: is the VM running?", source=host.name)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(str(sock_path))
+        time.sleep(0.2)
+        s.recv(4096)  # banner
+        s.sendall(command.encode() + b"\n")
+        time.sleep(0.3)
+        return s.recv(4096).decode(errors="replace")

@@ -1,0 +1,1 @@
+"""Stage 5: the rollout controller: waves, gates, budgets, journal."""

@@ -1,0 +1,1 @@
+"""Stage 3: changes applied to hosts, always through ansible-runner."""

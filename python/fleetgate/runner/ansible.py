@@ -1,0 +1,200 @@
+"""The one way fleetgate runs Ansible: ansible-runner, a private data dir per run, every event kept.
+
+Nothing in fleetgate shells out to `ansible-playbook`. Each run gets its own directory under
+the state dir (inputs, artifacts, `events.jsonl`), so a run can be audited or replayed later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import ansible_runner
+
+from fleetgate.errors import BadInput
+from fleetgate.spec.loader import read_yaml, repo_root
+
+LIMIT_RE = re.compile(r"^[A-Za-z0-9_.:*,!&\[\]-]{1,500}$")
+HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
+SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.IGNORECASE)
+
+
+@dataclass
+class HostResult:
+    host: str
+    outcome: HostOutcome
+    message: str = ""
+    task: str = ""
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    run_dir: Path
+    hosts: dict[str, HostResult]
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and all(h.outcome in ("ok", "changed", "skipped")
+                                    for h in self.hosts.values())
+
+
+def state_dir() -> Path:
+    env = os.environ.get("FLEETGATE_STATE_DIR")
+    return Path(env).resolve() if env else repo_root() / ".fleetgate"
+
+
+def validate_limit(limit: str | None) -> str | None:
+    if limit is None:
+        return None
+    if not LIMIT_RE.match(limit):
+        raise BadInput("host pattern has characters outside [A-Za-z0-9_.:*,!&[]-]",
+                       source="--limit", field=repr(limit))
+    return limit
+
+
+def validate_inventory(path: Path) -> Path:
+    """Parse the inventory ourselves first: a broken file is a one-line error, not a traceback
+    from deep inside Ansible after a run dir was already made."""
+    data = read_yaml(path)
+    if not isinstance(data, dict) or not isinstance(data.get("all", {}), dict):
+        raise BadInput("an inventory must be a YAML mapping with an 'all' group",
+                       source=path, field="(top level)")
+    return path.resolve()
+
+
+def redact(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: "<redacted>" if isinstance(k, str) and SECRET_KEY_RE.search(k) else redact(v)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def _new_run_dir(kind: str, base: Path | None) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    d = (base or state_dir() / "runs") / f"{stamp}-{kind}-{uuid.uuid4().hex[:6]}"
+    d.mkdir(parents=True)
+    return d
+
+
+def _env(forks: int) -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_TIMEOUT": "15",
+        "ANSIBLE_ROLES_PATH": str(repo_root() / "roles"),
+        "ANSIBLE_STDOUT_CALLBACK": "default",
+        # Short socket paths: ControlPath must fit in sun_path (108 bytes).
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(state_dir() / "cp"),
+    }
+
+
+def run(
+    *,
+    inventory: Path,
+    playbook: Path | None = None,
+    module: str | None = None,
+    module_args: str = "",
+    limit: str | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    forks: int = 20,
+    runs_base: Path | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    timeout: int | None = None,
+) -> RunResult:
+    if (playbook is None) == (module is None):
+        raise ValueError("give exactly one of playbook or module")
+    inv = validate_inventory(inventory)
+    limit = validate_limit(limit)
+    kind = playbook.stem if playbook else f"adhoc-{module}"
+    run_dir = _new_run_dir(kind, runs_base)
+    events_path = run_dir / "events.jsonl"
+    hosts: dict[str, HostResult] = {}
+
+    with events_path.open("w") as events_file:
+
+        def handler(event: dict[str, Any]) -> bool:
+            clean = redact(event)
+            events_file.write(json.dumps(clean, default=str) + "\n")
+            _fold_event(hosts, clean)
+            if on_event is not None:
+                on_event(clean)
+            return True  # keep ansible-runner's own job_events too
+
+        kwargs: dict[str, Any] = {
+            "private_data_dir": str(run_dir),
+            "inventory": str(inv),
+            "envvars": _env(forks),
+            "extravars": dict(extravars or {}),
+            "quiet": True,
+            "event_handler": handler,
+            "limit": limit,
+            "timeout": timeout,
+        }
+        if playbook is not None:
+            kwargs["playbook"] = str(playbook.resolve())
+        else:
+            kwargs.update(module=module, module_args=module_args, host_pattern="all")
+        r = ansible_runner.run(**kwargs)
+
+    for name, outcome in _stats_outcomes(r.stats or {}).items():
+        hr = hosts.setdefault(name, HostResult(name, outcome))
+        hr.outcome = outcome
+    (run_dir / "result.json").write_text(json.dumps(
+        {"status": r.status, "rc": r.rc,
+         "hosts": {h: {"outcome": v.outcome, "message": v.message, "task": v.task}
+                   for h, v in hosts.items()}}, indent=2))
+    return RunResult(status=str(r.status), rc=int(r.rc if r.rc is not None else 1),
+                     run_dir=run_dir, hosts=hosts)
+
+
+def _stats_outcomes(stats: Mapping[str, Any]) -> dict[str, HostOutcome]:
+    out: dict[str, HostOutcome] = {}
+    for host in stats.get("processed", {}):
+        if host in stats.get("dark", {}):
+            out[host] = "unreachable"
+        elif host in stats.get("failures", {}):
+            out[host] = "failed"
+        elif host in stats.get("changed", {}):
+            out[host] = "changed"
+        elif host in stats.get("ok", {}):
+            out[host] = "ok"
+        else:
+            out[host] = "skipped"
+    return out
+
+
+def _fold_event(hosts: dict[str, HostResult], event: Mapping[str, Any]) -> None:
+    name = event.get("event", "")
+    data = event.get("event_data") or {}
+    host = data.get("host")
+    if not host or not name.startswith("runner_on_"):
+        return
+    res = data.get("res") or {}
+    hr = hosts.setdefault(host, HostResult(host, "ok"))
+    if name == "runner_on_ok":
+        hr.results.append(res)
+    elif name in ("runner_on_failed", "runner_on_unreachable"):
+        if name == "runner_on_failed" and data.get("ignore_errors"):
+            return
+        hr.outcome = "unreachable" if name == "runner_on_unreachable" else "failed"
+        hr.task = str(data.get("task", ""))
+        msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+        hr.message = " ".join(str(msg).split())[:500]

@@ -1,0 +1,1 @@
+"""Stage 4: smoke probes and the testinfra suite that gates promotions."""

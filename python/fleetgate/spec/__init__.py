@@ -1,0 +1,1 @@
+"""Stage 1 of the pipeline: node classes (the version lock) and the compatibility matrix."""

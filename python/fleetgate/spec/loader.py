@@ -1,0 +1,170 @@
+"""Load node-class files and turn every way they can be wrong into one BadInput line.
+
+The line always reads `FILE: FIELD: REASON`. Nothing downstream (Packer, Ansible, the lab) ever
+sees a class that did not pass through `load_class`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from fleetgate.errors import BadInput
+from fleetgate.spec import matrix
+from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
+
+CLASS_SUFFIXES = (".yml", ".yaml")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys: YAML's last-one-wins would hide a second pin."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} at line {mark.line + 1}", mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse one YAML document; syntax errors become `FILE: line L col C: problem`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput("no such file", source=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read: {exc}", source=path) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} col {mark.column + 1}" if mark else "yaml"
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise BadInput(f"YAML syntax error: {problem}", source=path, field=where) from None
+    except yaml.YAMLError as exc:
+        raise BadInput(f"YAML error: {exc}", source=path) from None
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def pydantic_reason(err: Any) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] in ("extra_forbidden",):
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"].endswith("_type") or err["type"] == "model_type":
+        got = type(err.get("input")).__name__
+        hint = " (quote version strings in YAML)" if got in ("float", "int") else ""
+        return f"{msg}, got {got}{hint}"
+    if err["type"] == "string_pattern_mismatch":
+        return f"value {err['input']!r} is not allowed: {msg}"
+    return msg
+
+
+def validation_error(exc: ValidationError, source: Path) -> BadInput:
+    errs = exc.errors()
+    first = errs[0]
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return BadInput(pydantic_reason(first) + more, source=source, field=field_path(first["loc"]))
+
+
+def load_class(path: Path, *, check_matrix: bool = True) -> NodeClass:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise BadInput("a node class must be a YAML mapping", source=path, field="(top level)")
+    try:
+        nc = NodeClass.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path) from None
+    if path.stem != nc.name:
+        raise BadInput(f"class {nc.name!r} must live in {nc.name}.yml", source=path, field="name")
+    if check_matrix:
+        violations = matrix.check(nc)
+        if violations:
+            v = violations[0]
+            more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+            raise BadInput(f"matrix rule {v.rule}: {v.message}{more}", source=path, field=v.field)
+    return nc
+
+
+def repo_root() -> Path:
+    """The checkout fleetgate runs from: $FLEETGATE_HOME, or the nearest parent with inventory/."""
+    env = os.environ.get("FLEETGATE_HOME")
+    if env:
+        return Path(env).resolve()
+    here = Path.cwd().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "inventory" / "classes").is_dir():
+            return candidate
+    return here
+
+
+def classes_dir() -> Path:
+    return repo_root() / "inventory" / "classes"
+
+
+def class_files(paths: Iterable[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted(f for f in p.iterdir() if f.suffix in CLASS_SUFFIXES))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise BadInput("no such file or directory", source=p)
+    if not out:
+        raise BadInput("no class files found", source=", ".join(str(p) for p in paths))
+    return out
+
+
+def load_all(paths: Iterable[Path]) -> dict[str, tuple[Path, NodeClass]]:
+    """Load every class; a name defined twice is an error naming both files."""
+    seen: dict[str, tuple[Path, NodeClass]] = {}
+    for f in class_files(paths):
+        nc = load_class(f)
+        if nc.name in seen:
+            raise BadInput(f"duplicate class name {nc.name!r}, also defined in {seen[nc.name][0]}",
+                           source=f, field="name")
+        seen[nc.name] = (f, nc)
+    return seen
+
+
+def resolve_class(name_or_path: str) -> tuple[Path, NodeClass]:
+    """Accept a class name (looked up in inventory/classes) or a path to a class file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in CLASS_SUFFIXES:
+        return candidate, load_class(candidate)
+    if not re.match(CLASS_NAME_RE, name_or_path):
+        raise BadInput("not a valid class name", source="CLASS", field=repr(name_or_path))
+    for suffix in CLASS_SUFFIXES:
+        f = classes_dir() / f"{name_or_path}{suffix}"
+        if f.exists():
+            return f, load_class(f)
+    raise BadInput(f"unknown class (looked in {classes_dir()})", source="CLASS", field=name_or_path)
