@@ -30,12 +30,18 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) 
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
-        if key in seen:
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # a list/dict/set key: a clean YAML error, not a traceback
+            raise yaml.constructor.ConstructorError(
+                None, None, "found unhashable key", key_node.start_mark
+            ) from None
+        if duplicate:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r} at line {mark.line + 1}", mark
             )
-        seen.add(key)
     return loader.construct_mapping(node)
 
 
@@ -61,6 +67,11 @@ def read_yaml(path: Path) -> Any:
         raise BadInput(f"YAML syntax error: {problem}", source=path, field=where) from None
     except yaml.YAMLError as exc:
         raise BadInput(f"YAML error: {exc}", source=path) from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise BadInput("YAML is nested too deeply", source=path, field="(top level)") from None
+
+
+_PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def field_path(loc: Iterable[int | str]) -> str:
@@ -69,7 +80,9 @@ def field_path(loc: Iterable[int | str]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            # An unknown key is user input: quote anything odd so the line stays one line.
+            text = part if _PLAIN_KEY_RE.fullmatch(part) else repr(part)
+            out += f".{text}" if out else text
     return out or "(top level)"
 
 

@@ -74,6 +74,12 @@ def _vkey(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+def _newer(version: str, limit: str) -> bool:
+    """True if `version` is past the `limit` series: with limit 12.2, 12.2.2 is not newer."""
+    lim = _vkey(limit)
+    return _vkey(version)[: len(lim)] > lim
+
+
 @lru_cache(maxsize=1)
 def load_matrix() -> Matrix:
     text = resources.files("fleetgate.spec").joinpath("compat_matrix.yml").read_text()
@@ -102,7 +108,7 @@ def _check_nvidia(nc: NodeClass, m: Matrix) -> list[Violation]:
         out.append(Violation("nvidia-version-in-branch", "driver.version",
                              f"version {drv.version} is not on branch {drv.branch}"))
     cuda = nc.userland.cuda
-    if cuda is not None and _vkey(cuda) > _vkey(row.max_cuda):
+    if cuda is not None and _newer(cuda, row.max_cuda):
         out.append(Violation(
             "nvidia-userland-cuda", "userland.cuda",
             f"CUDA {cuda} userland is newer than driver branch {drv.branch} supports "
@@ -149,7 +155,7 @@ def _check_amd(nc: NodeClass, m: Matrix) -> list[Violation]:
             f"kernel series {nc.kernel_series} is not supported by ROCm {release} "
             f"(supported: {', '.join(row.kernels)})"))
     rocm = nc.userland.rocm
-    if rocm is not None and _vkey(rocm) > _vkey(release):
+    if rocm is not None and _newer(rocm, release):
         out.append(Violation(
             "rocm-userland", "userland.rocm",
             f"ROCm {rocm} userland is newer than the ROCm {release} driver stack"))

@@ -54,7 +54,9 @@ class _Strict(BaseModel):
 class OsSpec(_Strict):
     family: Literal["debian", "ubuntu"]
     release: Codename
-    version: DottedVersion | Annotated[str, StringConstraints(pattern=r"^[0-9]{1,2}$")]
+    # One pattern, not a union: a union's error path would read `os.version.constrained-str`.
+    version: Annotated[
+        str, StringConstraints(pattern=r"^([0-9]{1,2}|[0-9]+(\.[0-9]+){1,2})$")]
 
 
 class KernelSpec(_Strict):

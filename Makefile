@@ -1,0 +1,43 @@
+# fleetgate: the two entry points are `make demo` (the lab demo) and `make test` (everything
+# CI runs). Both install what they need first: Debian packages, then the pinned virtualenv.
+SHELL := /bin/bash
+PY ?= /usr/bin/python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint unit integration deps venv bench clean
+
+deps:
+	@scripts/install-system-deps.sh
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@touch $@
+
+venv: deps $(STAMP)
+
+demo: venv
+	scripts/demo.sh
+
+lint: venv
+	$(BIN)/ruff check python tests benchmarks
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: venv
+	$(BIN)/pytest -q tests/integration
+
+test: venv lint
+	$(BIN)/pytest tests
+
+bench: venv
+	$(BIN)/python benchmarks/lab_up.py
+
+clean:
+	rm -rf $(VENV) .fleetgate

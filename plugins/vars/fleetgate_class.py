@@ -1,0 +1,78 @@
+"""Ansible vars plugin: a host's node class becomes its pinned versions.
+
+A group named `class_<name>` (dashes as underscores) or a host var `fleetgate_class` selects
+the class; the plugin loads inventory/classes/<name>.yml through fleetgate's own validator
+(schema + compatibility matrix) and returns `fleetgate spec vars CLASS --for ansible`. Roles
+read only these variables, so no version is ever written twice.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = """
+    name: fleetgate_class
+    short_description: Pinned versions from fleetgate node classes
+    description:
+      - Loads the node class of each host or class group and returns its derived variables.
+    options:
+      stage:
+        ini:
+          - key: stage
+            section: vars_fleetgate_class
+        env:
+          - name: ANSIBLE_VARS_PLUGIN_STAGE
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.inventory.group import Group
+from ansible.inventory.host import Host
+from ansible.plugins.vars import BaseVarsPlugin
+
+try:
+    from fleetgate.errors import FleetgateError
+    from fleetgate.spec.derive import ansible_vars
+    from fleetgate.spec.loader import load_class
+except ImportError as exc:  # pragma: no cover - depends on the controller's environment
+    raise AnsibleError(f"fleetgate_class vars plugin needs the fleetgate package: {exc}") from exc
+
+_CACHE: dict[tuple[str, float], dict[str, Any]] = {}
+
+
+def _classes_dir(plugin_file: str) -> Path:
+    env = os.environ.get("FLEETGATE_HOME")
+    root = Path(env) if env else Path(plugin_file).resolve().parents[2]
+    return root / "inventory" / "classes"
+
+
+class VarsModule(BaseVarsPlugin):
+    REQUIRES_ENABLED = True
+
+    def get_vars(self, loader: Any, path: str, entities: Any, cache: bool = True) -> dict[str, Any]:
+        super().get_vars(loader, path, entities)
+        if not isinstance(entities, list):
+            entities = [entities]
+        out: dict[str, Any] = {}
+        for entity in entities:
+            name = None
+            if isinstance(entity, Group) and entity.name.startswith("class_"):
+                name = entity.name.removeprefix("class_").replace("_", "-")
+            elif isinstance(entity, Host):
+                name = entity.vars.get("fleetgate_class")
+            if name:
+                out.update(self._load(str(name)))
+        return out
+
+    def _load(self, name: str) -> dict[str, Any]:
+        path = _classes_dir(__file__) / f"{name}.yml"
+        if not path.exists():
+            raise AnsibleError(f"{path}: no node class named {name!r}")
+        key = (str(path), path.stat().st_mtime)
+        if key not in _CACHE:
+            try:
+                _CACHE[key] = ansible_vars(load_class(path))
+            except FleetgateError as exc:
+                raise AnsibleError(exc.one_line()) from None
+        return dict(_CACHE[key])
