@@ -35,7 +35,7 @@ def ansible_vars(nc: NodeClass) -> dict[str, Any]:
         "fleetgate_userland": nc.userland.model_dump(),
         "fleetgate_accelerator": nc.accelerator.model_dump(),
         "fleetgate_smoke": nc.smoke.model_dump(),
-        "fleetgate_lab_kind": nc.lab.kind,
+        "fleetgate_class_lab_kind": nc.lab.kind,
     }
 
 
