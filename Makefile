@@ -24,7 +24,7 @@ demo: venv
 	scripts/demo.sh
 
 lint: venv
-	$(BIN)/ruff check python tests benchmarks
+	$(BIN)/ruff check python tests benchmarks molecule plugins roles
 	$(BIN)/mypy
 
 unit: venv

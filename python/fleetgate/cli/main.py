@@ -1,11 +1,12 @@
 """Entry point: `fleetgate`. Expected failures become one line on stderr and a distinct exit code.
 
 Exit codes: 0 ok, 1 operation failed (e.g. a host unreachable), 2 bad input (nothing ran),
-3 lab error, 130 interrupted.
+3 lab error, 70 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -42,6 +43,12 @@ def main() -> None:
     except (click.Abort, KeyboardInterrupt):
         print("fleetgate: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:  # a bug, not bad input: one line, the traceback on request
+        if os.environ.get("FLEETGATE_DEBUG"):
+            raise
+        print(f"fleetgate: internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
+              " (set FLEETGATE_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(70)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

@@ -9,7 +9,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from fleetgate.cli.output import console, print_json
+from fleetgate.cli.output import console, esc, print_json
 from fleetgate.spec.derive import Target, derive
 from fleetgate.spec.loader import classes_dir, load_all, resolve_class
 
@@ -26,7 +26,8 @@ def validate(
     table = Table("class", "file", "kernel", "driver", "backend", "lab")
     for name, (path, nc) in sorted(loaded.items()):
         drv = f"{nc.driver.vendor} {nc.driver.version}" if nc.driver.version else "none"
-        table.add_row(name, path.name, nc.kernel.abi, drv, nc.accelerator.backend, nc.lab.kind)
+        table.add_row(name, esc(path.name), nc.kernel.abi, esc(drv), nc.accelerator.backend,
+                      nc.lab.kind)
     console.print(table)
     console.print(f"[green]{len(loaded)} class(es) valid[/green]")
 

@@ -42,6 +42,7 @@ class RunResult:
     rc: int
     run_dir: Path
     hosts: dict[str, HostResult]
+    error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -99,6 +100,9 @@ def _env(forks: int) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_TIMEOUT": "15",
+        # The checkout's ansible.cfg (roles, the fleetgate_class vars plugin) applies to every
+        # run, whatever directory ansible-runner starts Ansible in.
+        "ANSIBLE_CONFIG": str(repo_root() / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(repo_root() / "roles"),
         "ANSIBLE_STDOUT_CALLBACK": "default",
         # Short socket paths: ControlPath must fit in sun_path (108 bytes).
@@ -127,6 +131,8 @@ def run(
     run_dir = _new_run_dir(kind, runs_base)
     events_path = run_dir / "events.jsonl"
     hosts: dict[str, HostResult] = {}
+    stats: dict[str, Any] = {}
+    errors: list[str] = []
 
     with events_path.open("w") as events_file:
 
@@ -134,6 +140,10 @@ def run(
             clean = redact(event)
             events_file.write(json.dumps(clean, default=str) + "\n")
             _fold_event(hosts, clean)
+            if clean.get("event") == "playbook_on_stats":
+                stats.update(clean.get("event_data") or {})
+            elif clean.get("event") == "error":
+                errors.append(" ".join(str(clean.get("stdout", "")).split())[:500])
             if on_event is not None:
                 on_event(clean)
             return True  # keep ansible-runner's own job_events too
@@ -154,15 +164,25 @@ def run(
             kwargs.update(module=module, module_args=module_args, host_pattern="all")
         r = ansible_runner.run(**kwargs)
 
-    for name, outcome in _stats_outcomes(r.stats or {}).items():
+    # The stats event we saw is authoritative; runner's own r.stats can be None when the run
+    # ends with an error event after the recap.
+    for name, outcome in _stats_outcomes(stats or r.stats or {}).items():
         hr = hosts.setdefault(name, HostResult(name, outcome))
         hr.outcome = outcome
+    rc = int(r.rc if r.rc is not None else 1)
+    if rc != 0 and not stats:
+        # The play aborted (a parse error, a missing role...): no host got to its recap, so
+        # none of them is "ok", whatever events arrived before the abort.
+        reason = errors[-1] if errors else f"ansible-runner status {r.status}, rc {rc}"
+        for hr in hosts.values():
+            if hr.outcome in ("ok", "changed", "skipped"):
+                hr.outcome, hr.message = "failed", reason
     (run_dir / "result.json").write_text(json.dumps(
         {"status": r.status, "rc": r.rc,
          "hosts": {h: {"outcome": v.outcome, "message": v.message, "task": v.task}
                    for h, v in hosts.items()}}, indent=2))
-    return RunResult(status=str(r.status), rc=int(r.rc if r.rc is not None else 1),
-                     run_dir=run_dir, hosts=hosts)
+    return RunResult(status=str(r.status), rc=rc, run_dir=run_dir, hosts=hosts,
+                     error=errors[-1] if errors else "")
 
 
 def _stats_outcomes(stats: Mapping[str, Any]) -> dict[str, HostOutcome]:
@@ -191,6 +211,8 @@ def _fold_event(hosts: dict[str, HostResult], event: Mapping[str, Any]) -> None:
     hr = hosts.setdefault(host, HostResult(host, "ok"))
     if name == "runner_on_ok":
         hr.results.append(res)
+        if res.get("changed") and hr.outcome == "ok":
+            hr.outcome = "changed"
     elif name in ("runner_on_failed", "runner_on_unreachable"):
         if name == "runner_on_failed" and data.get("ignore_errors"):
             return

@@ -1,0 +1,1 @@
+../../roles/dkms_modules/library/fleetgate_dkms.py

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""Ansible module: make sure DKMS modules are built *and installed* for given kernels."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fleetgate_dkms
+short_description: Ensure DKMS modules are installed for every given kernel
+description:
+  - Parses C(dkms status), runs C(dkms install) for each module/kernel pair that is not
+    C(installed), and fails with the module, the kernel and the tail of DKMS's make.log when
+    a build fails.
+  - With O(all_registered), every module registered with DKMS on the host is required too,
+    not only the listed ones, so a third-party module that cannot build blocks the change.
+options:
+  kernels:
+    description: Kernel ABIs (C(uname -r) form) the modules must be installed for.
+    type: list
+    elements: str
+    required: true
+  modules:
+    description: Modules that must be installed, each with name and version.
+    type: list
+    elements: dict
+    default: []
+  all_registered:
+    description: Also require every module registered with DKMS on the host.
+    type: bool
+    default: true
+  log_lines:
+    description: How many lines of make.log to report on failure.
+    type: int
+    default: 15
+author: fleetgate
+"""
+
+EXAMPLES = r"""
+- name: Build class modules for the new kernel before rebooting into it
+  fleetgate_dkms:
+    kernels: [6.1.0-57-cloud-amd64]
+    modules: [{name: vpoll, version: "0.1"}]
+"""
+
+RETURN = r"""
+status:
+  description: Per module/version, the DKMS state for each requested kernel after the run.
+  type: dict
+  returned: always
+built:
+  description: The module/version/kernel triples this run installed.
+  type: list
+  returned: always
+failures:
+  description: Failed builds with module, version, kernel and the make.log tail.
+  type: list
+  returned: on failure
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+KERNEL_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+[A-Za-z0-9._+-]*$")
+# dkms 3.x: "vpoll/0.1, 6.1.0-55-cloud-amd64, x86_64: installed" or "fgbroken/1.0: added";
+# dkms 2.x wrote "vpoll, 0.1, 6.1.0-55-cloud-amd64, x86_64: installed".
+STATUS_RE = re.compile(
+    r"^(?P<name>[^,/\s]+)[/,]\s*(?P<version>[^,:\s]+)"
+    r"(?:,\s*(?P<kernel>[^,:\s]+))?(?:,\s*(?P<arch>[^,:\s]+))?:\s*(?P<state>\w+)"
+)
+
+
+def parse_status(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for line in text.splitlines():
+        m = STATUS_RE.match(line.strip())
+        if not m:
+            continue
+        per_kernel = out.setdefault((m["name"], m["version"]), {})
+        if m["kernel"]:
+            per_kernel[m["kernel"]] = m["state"]
+    return out
+
+
+def make_log_tail(name: str, version: str, lines: int) -> str:
+    for candidate in (
+        Path("/var/lib/dkms") / name / version / "build" / "make.log",
+        *sorted((Path("/var/lib/dkms") / name / version).glob("*/*/log/make.log")),
+    ):
+        if candidate.is_file():
+            return "\n".join(candidate.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "kernels": {"type": "list", "elements": "str", "required": True},
+            "modules": {"type": "list", "elements": "dict", "default": []},
+            "all_registered": {"type": "bool", "default": True},
+            "log_lines": {"type": "int", "default": 15},
+        },
+        supports_check_mode=True,
+    )
+    p: dict[str, Any] = module.params
+    kernels: list[str] = p["kernels"]
+    for k in kernels:
+        if not KERNEL_RE.match(k):
+            module.fail_json(msg=f"refusing kernel {k!r}: not a kernel ABI")
+    wanted: list[tuple[str, str]] = []
+    for m in p["modules"]:
+        name, version = str(m.get("name", "")), str(m.get("version", ""))
+        if not (NAME_RE.match(name) and NAME_RE.match(version)):
+            module.fail_json(msg=f"refusing DKMS module {name!r} version {version!r}")
+        wanted.append((name, version))
+
+    dkms = module.get_bin_path("dkms")
+    if dkms is None:
+        if wanted:
+            module.fail_json(msg="dkms is not installed")
+        module.exit_json(changed=False, built=[], status={})
+    rc, out, err = module.run_command([dkms, "status"])
+    if rc != 0:
+        module.fail_json(msg=f"dkms status failed: {err.strip()}")
+    status = parse_status(out)
+    for key in wanted:
+        if key not in status:
+            module.fail_json(msg=f"DKMS module {key[0]}/{key[1]} is not registered with DKMS "
+                                 f"(is its package installed?)")
+    targets = list(dict.fromkeys(wanted + (sorted(status) if p["all_registered"] else [])))
+    if targets:
+        for k in kernels:
+            if not os.path.isdir(f"/lib/modules/{k}/build"):
+                module.fail_json(msg=f"kernel headers for {k} are not installed "
+                                     f"(/lib/modules/{k}/build is missing); DKMS cannot build")
+
+    built: list[dict[str, str]] = []
+    failures: list[dict[str, Any]] = []
+    for name, version in targets:
+        for k in kernels:
+            if status.get((name, version), {}).get(k) == "installed":
+                continue
+            if module.check_mode:
+                built.append({"module": name, "version": version, "kernel": k})
+                continue
+            rc, bout, berr = module.run_command(
+                [dkms, "install", "-m", name, "-v", version, "-k", k])
+            _, after, _ = module.run_command([dkms, "status", "-m", name, "-v", version, "-k", k])
+            state = parse_status(after).get((name, version), {}).get(k, "absent")
+            if rc == 0 and state == "installed":
+                built.append({"module": name, "version": version, "kernel": k})
+            else:
+                failures.append({
+                    "module": name, "version": version, "kernel": k, "rc": rc, "state": state,
+                    "make_log_tail": make_log_tail(name, version, p["log_lines"]),
+                    "dkms_output_tail": "\n".join((bout + berr).splitlines()[-p["log_lines"]:]),
+                })
+    _, final, _ = module.run_command([dkms, "status"])
+    result_status = {f"{n}/{v}": {k: s for k, s in ks.items() if k in kernels}
+                     for (n, v), ks in parse_status(final).items()}
+    if failures:
+        f = failures[0]
+        last = [ln for ln in (f["make_log_tail"] or f["dkms_output_tail"]).splitlines()
+                if ln.strip()][-3:]
+        module.fail_json(
+            msg=(f"DKMS module {f['module']}/{f['version']} failed to build for kernel "
+                 f"{f['kernel']}: {' | '.join(last)}"),
+            failures=failures, built=built, status=result_status, changed=bool(built),
+        )
+    module.exit_json(changed=bool(built), built=built, status=result_status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,751 @@
+#!/usr/bin/python3
+"""Build, compare and write fleetgate's node manifest (/etc/fleetgate/manifest.json)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: fleetgate_manifest
+short_description: Record what a host runs against its node class, and report drift
+description:
+  - Reads what is really installed on the host (C(dpkg-query), C(dkms status), C(modinfo),
+    the default boot kernel, the running kernel) beside what its fleetgate node class
+    expects, fingerprints its accelerator, and lists every difference as drift.
+  - In C(write) mode the manifest is written to O(path), atomically, and only when
+    something other than C(updated_at) changed, so a repeated run reports no change.
+  - In C(verify) mode nothing is written; the manifest and its drift are returned.
+  - Runs on the target with its system Python and the standard library only. Every
+    external command runs with a timeout; a missing tool gives C(null), never a failure.
+version_added: "0.1.0"
+author: fleetgate
+options:
+  class_name:
+    description: Name of the node class the host belongs to.
+    type: str
+    required: true
+  kernel:
+    description: The class's kernel pin.
+    type: dict
+    required: true
+    suboptions:
+      abi:
+        description: Pinned kernel ABI, e.g. C(6.1.0-55-cloud-amd64).
+        type: str
+        required: true
+      package_version:
+        description: Exact Debian version of C(linux-image-ABI).
+        type: str
+        required: true
+  driver:
+    description: The class's GPU driver pin (all keys C(null) for vendor C(none)).
+    type: dict
+    default: {}
+    suboptions:
+      vendor:
+        description: Driver vendor.
+        type: str
+        choices: [nvidia, amd, none]
+        default: none
+      branch:
+        description: Driver branch.
+        type: str
+      version:
+        description: Exact package version every driver package must be installed at.
+        type: str
+      flavour:
+        description: Kernel module flavour, C(open) or C(proprietary); C(null) for vendor C(none).
+        type: str
+      packages:
+        description: Driver packages.
+        type: list
+        elements: str
+        default: []
+  dkms:
+    description: DKMS modules that must be built and installed for the pinned kernel.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: DKMS module name (also the kernel module passed to C(modinfo)).
+        type: str
+        required: true
+      version:
+        description: DKMS module version.
+        type: str
+        required: true
+      package:
+        description: Debian package that carries the module (not recorded).
+        type: str
+  runtime:
+    description: The class's container runtime and GPU toolkit pin.
+    type: dict
+    default: {}
+    suboptions:
+      engine:
+        description: Container engine.
+        type: str
+        choices: [containerd, docker, podman, none]
+        default: none
+      version:
+        description: Exact package version of the engine.
+        type: str
+      gpu_toolkit:
+        description: GPU container toolkit package.
+        type: str
+        choices: [nvidia-container-toolkit, amd-container-toolkit, none]
+        default: none
+      gpu_toolkit_version:
+        description: Exact package version of the GPU toolkit.
+        type: str
+      cdi:
+        description: Whether devices are exposed through CDI.
+        type: bool
+        default: false
+  accelerator:
+    description: The class's accelerator.
+    type: dict
+    default: {}
+    suboptions:
+      vendor:
+        description: Accelerator vendor.
+        type: str
+        choices: [nvidia, amd, none]
+        default: none
+      model:
+        description: Device model.
+        type: str
+      count:
+        description: Devices per host.
+        type: int
+        default: 0
+      pci_ids:
+        description: PCI vendor:device IDs.
+        type: list
+        elements: str
+        default: []
+      compute_capability:
+        description: CUDA compute capability or AMD gfx target.
+        type: str
+      backend:
+        description: Smoke backend; selects how the fingerprint is read.
+        type: str
+        choices: [nvidia, amd, cpu, none]
+        default: none
+  engine_packages:
+    description: Debian package that carries each container engine.
+    type: dict
+    default: {containerd: containerd, docker: docker.io, podman: podman}
+  mode:
+    description: C(write) records the manifest; C(verify) only computes and returns it.
+    type: str
+    choices: [write, verify]
+    default: write
+  path:
+    description: Where the manifest lives.
+    type: path
+    default: /etc/fleetgate/manifest.json
+  kernel_state_path:
+    description: kernel_pin's state file, read for the previous kernel.
+    type: path
+    default: /etc/fleetgate/kernel.json
+  check_running_kernel:
+    description:
+      - Count a running kernel other than the pin as drift. Turn off where the kernel is
+        not the host's own (containers) or before the reboot into a new pin.
+    type: bool
+    default: true
+  command_timeout:
+    description: Seconds each external command may run.
+    type: int
+    default: 30
+notes:
+  - Supports check mode and diff mode; in check mode nothing is written.
+  - "C(package_list_sha256) equals
+    C(dpkg-query -W -f '${Package}=${Version}\\n' | LC_ALL=C sort | sha256sum)."
+"""
+
+EXAMPLES = r"""
+- name: Record the manifest of a host of class lab-cpu
+  fleetgate_manifest:
+    class_name: lab-cpu
+    kernel: {abi: 6.1.0-55-cloud-amd64, package_version: 6.1.192-1}
+    accelerator: {vendor: none, model: cpu, count: 0, backend: cpu}
+    check_running_kernel: false
+
+- name: Report drift without writing anything
+  fleetgate_manifest:
+    mode: verify
+    class_name: "{{ fleetgate_class }}"
+    kernel:
+      abi: "{{ fleetgate_kernel_abi }}"
+      package_version: "{{ fleetgate_kernel_package_version }}"
+    driver:
+      vendor: "{{ fleetgate_driver_vendor }}"
+      branch: "{{ fleetgate_driver_branch }}"
+      version: "{{ fleetgate_driver_version }}"
+      flavour: "{{ fleetgate_driver_flavour }}"
+      packages: "{{ fleetgate_driver_packages }}"
+    dkms: "{{ fleetgate_dkms_modules }}"
+    runtime: "{{ fleetgate_runtime }}"
+    accelerator: "{{ fleetgate_accelerator }}"
+  register: manifest
+"""
+
+RETURN = r"""
+manifest:
+  description: The manifest (schema 1) as written, or as it would be written.
+  returned: always
+  type: dict
+  contains:
+    schema:
+      description: Manifest schema version.
+      type: int
+      sample: 1
+    class:
+      description: Node class name.
+      type: str
+    expected:
+      description: Kernel, driver, dkms, runtime and accelerator as the class pins them.
+      type: dict
+    verified:
+      description: >-
+        What the host has: kernel (abi, package_version, default_boot, running, previous),
+        packages (driver and runtime package to installed version or null), dkms (parsed
+        C(dkms status)), modinfo (class module to C(modinfo -k ABI -F version) or null).
+      type: dict
+    package_list_sha256:
+      description: SHA-256 of the sorted C(Package=Version) lines of every known package.
+      type: str
+    fingerprint:
+      description: >-
+        backend, device_model, pci_ids, compute_capability, driver, runtime, kernel,
+        cpu_model; the key for engine and compile caches.
+      type: dict
+    drift:
+      description: One entry per difference from the class, each with field, expected, actual.
+      type: list
+      elements: dict
+    updated_at:
+      description: When the content last changed (ISO 8601, UTC).
+      type: str
+drift:
+  description: Same as manifest.drift.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - field: verified.kernel.default_boot
+      expected: 6.1.0-55-cloud-amd64
+      actual: 6.1.0-54-cloud-amd64
+drift_summary:
+  description: The drift on one line, field by field with expected and actual values.
+  returned: always
+  type: str
+  sample: 'verified.kernel.default_boot (expected "6.1.0-55-cloud-amd64", actual null)'
+path:
+  description: The manifest path.
+  returned: always
+  type: str
+written:
+  description: Whether the file was (or in check mode would be) rewritten.
+  returned: always
+  type: bool
+"""
+
+SCHEMA = 1
+Json = dict[str, Any]
+
+
+def _str(**kw: object) -> dict[str, object]:
+    return {"type": "str", **kw}
+
+
+ARGUMENT_SPEC: dict[str, dict[str, object]] = {
+    "class_name": _str(required=True),
+    "kernel": {"type": "dict", "required": True, "options": {
+        "abi": _str(required=True),
+        "package_version": _str(required=True),
+    }},
+    "driver": {"type": "dict", "default": {}, "options": {
+        "vendor": _str(choices=["nvidia", "amd", "none"], default="none"),
+        "branch": _str(),
+        "version": _str(),
+        "flavour": _str(),  # no choices: null (vendor none) must pass
+        "packages": {"type": "list", "elements": "str", "default": []},
+    }},
+    "dkms": {"type": "list", "elements": "dict", "default": [], "options": {
+        "name": _str(required=True),
+        "version": _str(required=True),
+        "package": _str(),
+    }},
+    "runtime": {"type": "dict", "default": {}, "options": {
+        "engine": _str(choices=["containerd", "docker", "podman", "none"], default="none"),
+        "version": _str(),
+        "gpu_toolkit": _str(choices=["nvidia-container-toolkit", "amd-container-toolkit",
+                                     "none"], default="none"),
+        "gpu_toolkit_version": _str(),
+        "cdi": {"type": "bool", "default": False},
+    }},
+    "accelerator": {"type": "dict", "default": {}, "options": {
+        "vendor": _str(choices=["nvidia", "amd", "none"], default="none"),
+        "model": _str(),
+        "count": {"type": "int", "default": 0},
+        "pci_ids": {"type": "list", "elements": "str", "default": []},
+        "compute_capability": _str(),
+        "backend": _str(choices=["nvidia", "amd", "cpu", "none"], default="none"),
+    }},
+    "engine_packages": {"type": "dict", "default": {
+        "containerd": "containerd", "docker": "docker.io", "podman": "podman"}},
+    "mode": _str(choices=["write", "verify"], default="write"),
+    "path": {"type": "path", "default": "/etc/fleetgate/manifest.json"},
+    "kernel_state_path": {"type": "path", "default": "/etc/fleetgate/kernel.json"},
+    "check_running_kernel": {"type": "bool", "default": True},
+    "command_timeout": {"type": "int", "default": 30},
+}
+# saved_entry as a title ("...>Debian GNU/Linux, with Linux ABI") or as a menuentry id
+# ("gnulinux-advanced-UUID>gnulinux-ABI-advanced-UUID").
+GRUB_ENTRY_RES = (
+    re.compile(r"with Linux (\S+?)(?: \(.*\))?$"),
+    re.compile(r"gnulinux-([^>\s]+?)-(?:advanced|recovery)-[0-9a-fA-F-]+$"),
+)
+# dkms 3: "name/version, kernel, arch: status"; dkms 2: "name, version, kernel, arch: status";
+# a module only added or built for no kernel: "name/version: added".
+DKMS_NEW_RE = re.compile(
+    r"^(?P<name>[^/,\s]+)/(?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?"
+    r": (?P<status>[a-z-]+)"
+)
+DKMS_OLD_RE = re.compile(
+    r"^(?P<name>[^/,\s]+), (?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?"
+    r": (?P<status>[a-z-]+)"
+)
+
+
+class Host:
+    """Read-only access to the target; every command has a timeout and may be absent."""
+
+    def __init__(self, module: AnsibleModule, timeout: int) -> None:
+        self.module = module
+        self.timeout = timeout
+        self.env = dict(os.environ, LC_ALL="C", LANG="C")
+
+    def run(self, argv: list[str], ok_rc: tuple[int, ...] = (0,)) -> str | None:
+        """stdout of the command, or None when the tool is missing, fails or times out."""
+        exe = self.module.get_bin_path(argv[0])
+        if exe is None:
+            return None
+        try:
+            proc = subprocess.Popen(
+                [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace", env=self.env,
+                start_new_session=True,
+            )
+        except OSError:
+            return None
+        try:
+            out, _err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            return None
+        return out if proc.returncode in ok_rc else None
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[str]) -> None:
+        """Kill the command and its children. A tool stuck in the kernel (nvidia-smi on a
+        hung GPU) may not die at once: give it a moment, then leave it rather than hang."""
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def dpkg_versions(host: Host, packages: list[str]) -> dict[str, str | None]:
+    """Installed version of each package, None where it is not (fully) installed."""
+    found: dict[str, str | None] = dict.fromkeys(packages)
+    if not packages:
+        return found
+    # rc 1: some package unknown; the others are still printed.
+    out = host.run(
+        ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n", *packages],
+        ok_rc=(0, 1),
+    )
+    for line in (out or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] in found and parts[2] == "installed":
+            found[parts[0]] = parts[1]
+    return found
+
+
+def package_list_sha256(host: Host) -> str | None:
+    out = host.run(["dpkg-query", "-W", "-f", "${Package}=${Version}\n"])
+    if out is None:
+        return None
+    lines = sorted(line for line in out.splitlines() if line)
+    return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
+
+
+def default_boot(host: Host) -> str | None:
+    """ABI that boots by default: GRUB's saved entry where GRUB is used, else /vmlinuz."""
+    if os.path.exists("/boot/grub/grub.cfg"):
+        env = host.run(["grub-editenv", "list"])
+        if env is None:
+            env = read_text("/boot/grub/grubenv")
+        for line in (env or "").splitlines():
+            if line.startswith("saved_entry="):
+                entry = line.split("=", 1)[1].strip()
+                for pattern in GRUB_ENTRY_RES:
+                    m = pattern.search(entry)
+                    if m:
+                        return m.group(1)
+    try:
+        target = os.readlink("/vmlinuz")
+    except OSError:
+        return None
+    name = os.path.basename(target)
+    return name[len("vmlinuz-"):] if name.startswith("vmlinuz-") else None
+
+
+def previous_kernel(path: str) -> str | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text).get("previous")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def parse_dkms_status(text: str) -> list[dict[str, str | None]]:
+    entries = []
+    for line in text.splitlines():
+        m = DKMS_NEW_RE.match(line.strip()) or DKMS_OLD_RE.match(line.strip())
+        if m:
+            entries.append({k: m.group(k) for k in ("name", "version", "kernel", "arch",
+                                                    "status")})
+    return entries
+
+
+def modinfo_versions(host: Host, abi: str, modules: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in modules:
+        text = host.run(["modinfo", "-k", abi, "-F", "version", name])
+        value = (text or "").strip().splitlines()
+        out[name] = value[0] if value else None
+    return out
+
+
+def cpu_model() -> str | None:
+    text = read_text("/proc/cpuinfo") or ""
+    for key in ("model name", "Hardware", "cpu model", "Processor"):
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key and value.strip():
+                return " ".join(value.split())
+    return None
+
+
+def _one(values: list[str]) -> str | None:
+    """The value every device shares; several distinct values are joined, none is None."""
+    distinct = list(dict.fromkeys(v for v in values if v))
+    return ",".join(distinct) if distinct else None
+
+
+def parse_nvidia_smi(text: str) -> dict[str, object]:
+    """`nvidia-smi --query-gpu=name,pci.device_id,compute_cap,driver_version
+    --format=csv,noheader`: one line per GPU, pci.device_id as 0xDDDDVVVV."""
+    names, pci, caps, drivers = [], [], [], []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.rsplit(",", 3)]
+        if len(fields) != 4:
+            continue
+        name, dev, cap, drv = fields
+        names.append(name)
+        caps.append(cap)
+        drivers.append(drv)
+        if re.fullmatch(r"0x[0-9a-fA-F]{8}", dev):
+            pci.append(f"{dev[6:10].lower()}:{dev[2:6].lower()}")
+    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
+            "compute_capability": _one(caps), "driver": _one(drivers)}
+
+
+def _lower_keys(d: dict[str, object]) -> dict[str, object]:
+    return {str(k).lower(): v for k, v in d.items()}
+
+
+def _pci_id(vendor: object, device: object) -> str | None:
+    try:
+        return f"{int(str(vendor), 16):04x}:{int(str(device), 16):04x}"
+    except ValueError:
+        return None
+
+
+def parse_amd_smi(text: str) -> dict[str, object] | None:
+    """`amd-smi static --asic --driver --json`: a list of GPUs, or {"gpu_data": [...]}."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        data = data.get("gpu_data", [])
+    if not isinstance(data, list) or not data:
+        return None
+    names, pci, caps, drivers = [], [], [], []
+    for gpu in data:
+        if not isinstance(gpu, dict):
+            continue
+        asic: Json = gpu["asic"] if isinstance(gpu.get("asic"), dict) else {}
+        driver: Json = gpu["driver"] if isinstance(gpu.get("driver"), dict) else {}
+        names.append(str(asic.get("market_name") or ""))
+        caps.append(str(asic.get("target_graphics_version") or ""))
+        drivers.append(str(driver.get("version") or ""))
+        pid = _pci_id(asic.get("vendor_id", "0x1002"), asic.get("device_id", ""))
+        if pid:
+            pci.append(pid)
+    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
+            "compute_capability": _one(caps), "driver": _one(drivers)}
+
+
+def parse_rocm_smi(text: str) -> dict[str, object] | None:
+    """`rocm-smi --showproductname --showid --showdriverversion --json`: {"cardN": {...},
+    "system": {"Driver version": ...}}; key spelling varies between ROCm releases."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    names, pci, caps = [], [], []
+    for key, card in data.items():
+        if not str(key).startswith("card") or not isinstance(card, dict):
+            continue
+        c = _lower_keys(card)
+        names.append(str(c.get("card series") or c.get("device name") or ""))
+        caps.append(str(c.get("gfx version") or ""))
+        pid = _pci_id("0x1002", c.get("device id", ""))
+        if pid:
+            pci.append(pid)
+    system: Json = data["system"] if isinstance(data.get("system"), dict) else {}
+    driver = _lower_keys(system).get("driver version")
+    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
+            "compute_capability": _one(caps), "driver": str(driver) if driver else None}
+
+
+def fingerprint(host: Host, backend: str, runtime: str | None) -> dict[str, object]:
+    fp: dict[str, object] = {
+        "backend": backend, "device_model": None, "pci_ids": [], "compute_capability": None,
+        "driver": None, "runtime": runtime, "kernel": os.uname().release,
+        "cpu_model": cpu_model(),
+    }
+    found: dict[str, object] | None = None
+    if backend == "nvidia":
+        out = host.run(["nvidia-smi",
+                        "--query-gpu=name,pci.device_id,compute_cap,driver_version",
+                        "--format=csv,noheader"])
+        found = parse_nvidia_smi(out) if out else None
+    elif backend == "amd":
+        out = host.run(["amd-smi", "static", "--asic", "--driver", "--json"])
+        found = parse_amd_smi(out) if out else None
+        if not found or not found.get("device_model"):
+            out = host.run(["rocm-smi", "--showproductname", "--showid",
+                            "--showdriverversion", "--json"])
+            found = parse_rocm_smi(out) if out else found
+    elif backend == "cpu":
+        fp["device_model"] = fp["cpu_model"]
+    if found:
+        fp.update(found)
+    return fp
+
+
+def runtime_packages(runtime: Json, engine_packages: dict[str, str]) -> dict[str, str | None]:
+    """Runtime package -> the version the class pins."""
+    pins: dict[str, str | None] = {}
+    engine = runtime.get("engine") or "none"
+    if engine != "none":
+        pins[engine_packages.get(engine, engine)] = runtime.get("version")
+    toolkit = runtime.get("gpu_toolkit") or "none"
+    if toolkit != "none":
+        pins[toolkit] = runtime.get("gpu_toolkit_version")
+    return pins
+
+
+def compute_drift(expected: Json, verified: Json, pins: dict[str, str | None],
+                  check_running: bool) -> list[dict[str, object]]:
+    drift: list[dict[str, object]] = []
+
+    def add(field: str, want: object, have: object) -> None:
+        drift.append({"field": field, "expected": want, "actual": have})
+
+    abi = expected["kernel"]["abi"]
+    kernel = verified["kernel"]
+    if kernel["package_version"] != expected["kernel"]["package_version"]:
+        add("verified.kernel.package_version", expected["kernel"]["package_version"],
+            kernel["package_version"])
+    if kernel["default_boot"] != abi:
+        add("verified.kernel.default_boot", abi, kernel["default_boot"])
+    if check_running and kernel["running"] != abi:
+        add("verified.kernel.running", abi, kernel["running"])
+    for pkg, want in pins.items():
+        have = verified["packages"].get(pkg)
+        if have is None or have != want:
+            add(f"verified.packages.{pkg}", want, have)
+    for mod in expected["dkms"]:
+        wanted = {"name": mod["name"], "version": mod["version"], "kernel": abi,
+                  "status": "installed"}
+        entries = [e for e in verified["dkms"] if e["name"] == mod["name"]
+                   and e["kernel"] == abi]
+        ok = [e for e in entries if e["version"] == mod["version"]
+              and e["status"] == "installed"]
+        if not ok:
+            found = {k: entries[0][k] for k in wanted} if entries else None
+            add(f"verified.dkms.{mod['name']}", wanted, found)
+    return drift
+
+
+def summarize(drift: list[dict[str, object]]) -> str:
+    return "; ".join(
+        f"{d['field']} (expected {json.dumps(d['expected'], sort_keys=True)}, "
+        f"actual {json.dumps(d['actual'], sort_keys=True)})"
+        for d in drift
+    )
+
+
+def build(module: AnsibleModule) -> Json:
+    p = module.params
+    host = Host(module, p["command_timeout"])
+    abi = p["kernel"]["abi"]
+    driver = p["driver"] or {}
+    runtime = p["runtime"] or {}
+    accelerator = p["accelerator"] or {}
+    expected = {
+        "kernel": {"abi": abi, "package_version": p["kernel"]["package_version"]},
+        "driver": {k: driver.get(k) for k in ("vendor", "branch", "version", "flavour",
+                                              "packages")},
+        "dkms": [{"name": m["name"], "version": m["version"]} for m in p["dkms"]],
+        "runtime": runtime,
+        "accelerator": accelerator,
+    }
+    pins: dict[str, str | None] = dict.fromkeys(driver.get("packages") or [],
+                                                driver.get("version"))
+    runtime_pins = runtime_packages(runtime, p["engine_packages"])
+    pins.update(runtime_pins)
+
+    image = f"linux-image-{abi}"
+    versions = dpkg_versions(host, sorted({image, *pins}))
+    dkms_out = host.run(["dkms", "status"])
+    verified = {
+        "kernel": {
+            "abi": abi if versions[image] is not None else None,
+            "package_version": versions[image],
+            "default_boot": default_boot(host),
+            "running": os.uname().release,
+            "previous": previous_kernel(p["kernel_state_path"]),
+        },
+        "packages": {pkg: versions[pkg] for pkg in pins},
+        "dkms": parse_dkms_status(dkms_out) if dkms_out else [],
+        "modinfo": modinfo_versions(host, abi, [m["name"] for m in p["dkms"]]),
+    }
+    installed_runtime = [f"{pkg}={versions[pkg]}" for pkg in runtime_pins if versions[pkg]]
+    manifest = {
+        "schema": SCHEMA,
+        "class": p["class_name"],
+        "expected": expected,
+        "verified": verified,
+        "package_list_sha256": package_list_sha256(host),
+        "fingerprint": fingerprint(host, accelerator.get("backend") or "none",
+                                   " ".join(installed_runtime) or None),
+        "drift": compute_drift(expected, verified, pins, p["check_running_kernel"]),
+        "updated_at": None,
+    }
+    return manifest
+
+
+def load_existing(path: str) -> Json | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def same_content(a: Json | None, b: Json) -> bool:
+    if a is None:
+        return False
+    strip = {k: v for k, v in a.items() if k != "updated_at"}
+    # Round-trip through JSON so tuples and lists compare alike.
+    new = json.loads(json.dumps({k: v for k, v in b.items() if k != "updated_at"}))
+    return bool(strip == new)
+
+
+def write_atomically(module: AnsibleModule, path: str, text: str) -> None:
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    path = module.params["path"]
+    manifest = build(module)
+    existing = load_existing(path)
+    unchanged = same_content(existing, manifest)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    manifest["updated_at"] = (existing or {}).get("updated_at") if unchanged else now
+
+    result: dict[str, object] = {"changed": False, "path": path, "written": False,
+                                 "manifest": manifest, "drift": manifest["drift"],
+                                 "drift_summary": summarize(manifest["drift"])}
+    if module.params["mode"] == "write":
+        if not unchanged:
+            text = json.dumps(manifest, indent=2) + "\n"
+            result["changed"] = result["written"] = True
+            if module._diff:
+                before = json.dumps(existing, indent=2) + "\n" if existing else ""
+                result["diff"] = {"before": before, "after": text,
+                                  "before_header": path, "after_header": path}
+            if not module.check_mode:
+                write_atomically(module, path, text)
+        if os.path.exists(path):
+            result["changed"] = module.set_mode_if_different(
+                path, "0644", bool(result["changed"]))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
