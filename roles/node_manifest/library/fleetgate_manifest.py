@@ -316,6 +316,7 @@ ARGUMENT_SPEC: dict[str, dict[str, object]] = {
     "check_running_kernel": {"type": "bool", "default": True},
     "command_timeout": {"type": "int", "default": 30},
 }
+
 # saved_entry as a title ("...>Debian GNU/Linux, with Linux ABI") or as a menuentry id
 # ("gnulinux-advanced-UUID>gnulinux-ABI-advanced-UUID").
 GRUB_ENTRY_RES = (
@@ -469,9 +470,12 @@ def cpu_model() -> str | None:
     return None
 
 
+NOT_AVAILABLE = ("", "N/A", "[N/A]", "[Not Supported]")
+
+
 def _one(values: list[str]) -> str | None:
     """The value every device shares; several distinct values are joined, none is None."""
-    distinct = list(dict.fromkeys(v for v in values if v))
+    distinct = list(dict.fromkeys(v for v in values if v not in NOT_AVAILABLE))
     return ",".join(distinct) if distinct else None
 
 
