@@ -31,10 +31,10 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 integration: venv
-	$(BIN)/pytest -q tests/integration
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/integration
 
 test: venv lint
-	$(BIN)/pytest tests
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest tests
 
 bench: venv
 	$(BIN)/python benchmarks/lab_up.py

@@ -18,6 +18,7 @@ def ansible_vars(nc: NodeClass) -> dict[str, Any]:
     d = nc.driver
     return {
         "fleetgate_class": nc.name,
+        "fleetgate_class_version": nc.version,
         "fleetgate_os_family": nc.os.family,
         "fleetgate_os_release": nc.os.release,
         "fleetgate_kernel_abi": nc.kernel.abi,
@@ -44,6 +45,7 @@ def packer_vars(nc: NodeClass) -> dict[str, Any]:
     Ansible set as one JSON string that the ansible provisioner passes through --extra-vars."""
     return {
         "class_name": nc.name,
+        "class_version": nc.version,
         "os_release": nc.os.release,
         "kernel_abi": nc.kernel.abi,
         "kernel_package_version": nc.kernel.package_version,

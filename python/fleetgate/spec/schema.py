@@ -183,6 +183,8 @@ class LabSpec(_Strict):
 
 class NodeClass(_Strict):
     name: ClassName
+    # Bumped whenever the pins change; golden images are named <name>-<version> and immutable.
+    version: Annotated[int, Field(ge=1, le=100000)] = 1
     description: Annotated[str, StringConstraints(max_length=200)] = ""
     os: OsSpec
     kernel: KernelSpec

@@ -1,0 +1,145 @@
+"""Kernel security update on a real lab VM, end to end (playbooks through fleetgate's runner).
+
+One VM of class lab-vm boots the pinned 6.1.0-55 kernel under qemu. In order:
+- apply-class builds the class's DKMS module (vpoll) for the pin;
+- a DKMS module that cannot build for the new kernel makes kernel-update refuse to reboot:
+  the host keeps booting 55 and the reason names the module;
+- without it, kernel-update reboots into 57 with vpoll rebuilt and loaded;
+- rollback.yml brings it back to 55.
+Every kernel claim is proven by `uname -r` after a real reboot.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetgate.lab.fleet import wait_for_ssh
+from fleetgate.lab.keys import ssh_argv
+from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.state import load_state
+from fleetgate.spec.loader import load_class
+from tests.conftest import REPO, fleetgate
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+PIN = load_class(REPO / "inventory" / "classes" / "lab-vm.yml")
+CHANGE = yaml.safe_load((REPO / "examples" / "kernel-security-update.vars.yml").read_text())
+NEW = CHANGE["target_kernel_abi"]
+OLD = PIN.kernel.abi
+MODULE = PIN.dkms[0].name
+BROKEN = REPO / "tests" / "fixtures" / "dkms" / "fgbroken-1.0"
+
+
+class Vm:
+    def __init__(self, root: Path):
+        self.paths = LabPaths(root)
+        self.env = {"FLEETGATE_LAB_DIR": str(root), "FLEETGATE_STATE_DIR": str(root.parent)}
+
+    @property
+    def host(self) -> Any:
+        state = load_state(self.paths.state)
+        assert state is not None
+        return state.hosts[0]
+
+    def ssh(self, command: str, *, stdin: bytes | None = None, check: bool = True) -> str:
+        proc = subprocess.run(ssh_argv(self.paths, self.host.port, command), input=stdin,
+                              capture_output=True, timeout=600, check=False)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{command!r} -> {proc.returncode}: {proc.stderr.decode()}")
+        return proc.stdout.decode().strip()
+
+    def play(self, playbook: str, *extra: str) -> tuple[int, dict[str, Any]]:
+        args = ["fleet", "play", playbook, "-i", str(self.paths.inventory), "--json"]
+        for kv in extra:
+            args += ["-e", kv]
+        proc = fleetgate(*args, env=self.env, timeout=1800)
+        return proc.returncode, json.loads(proc.stdout)["hosts"][self.host.name]
+
+    def boots(self) -> list[dict[str, Any]]:
+        log = self.paths.host_dir(self.host.name) / "boots.jsonl"
+        return [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "boot"]
+
+    def reboot(self) -> None:
+        before = len(self.boots())
+        self.ssh("systemctl reboot", check=False)
+        wait_for_ssh(self.paths, self.host, 600)
+        assert len(self.boots()) == before + 1
+
+
+@pytest.fixture(scope="module")
+def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vm]:
+    vm = Vm(tmp_path_factory.mktemp("kupdate") / "lab")
+    proc = fleetgate("lab", "up", "--containers", "0", "--vms", "1", env=vm.env)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert vm.ssh("uname -r") == OLD
+        yield vm
+    finally:
+        fleetgate("lab", "down", env=vm.env)
+
+
+def _change_args() -> list[str]:
+    return [f"{k}={v}" for k, v in CHANGE.items()]
+
+
+def test_apply_class_builds_the_class_dkms_module(vm: Vm) -> None:
+    rc, result = vm.play("apply-class")
+    assert rc == 0, result
+    assert f"{MODULE}/{PIN.dkms[0].version}, {OLD}, x86_64: installed" in vm.ssh("dkms status")
+
+
+def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
+    buf = BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(BROKEN, arcname=BROKEN.name)
+    vm.ssh("tar -C /usr/src -xf -", stdin=buf.getvalue())
+    vm.ssh(f"dkms add -m fgbroken -v 1.0 && dkms install -m fgbroken -v 1.0 -k {OLD}")
+    boots_before = len(vm.boots())
+
+    rc, result = vm.play("kernel-update", *_change_args())
+
+    assert rc == 1
+    assert result["outcome"] == "failed"
+    assert "pre-reboot gate failed" in result["message"]
+    assert "fgbroken/1.0 failed to build for kernel " + NEW in result["message"]
+    failure = json.loads(vm.ssh("cat /etc/fleetgate/last-failure.json"))
+    assert failure["kept"] == OLD and "fgbroken" in failure["reason"]
+    assert len(vm.boots()) == boots_before, "the host must not have rebooted"
+    assert vm.ssh("readlink /vmlinuz") == f"boot/vmlinuz-{OLD}"
+    assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
+        "", "unknown ok not-installed", "deinstall ok config-files")
+    # And it really still boots the old kernel.
+    vm.reboot()
+    assert vm.ssh("uname -r") == OLD
+    vm.ssh("dkms remove fgbroken/1.0 --all && rm -rf /usr/src/fgbroken-1.0")
+
+
+def test_kernel_update_reboots_into_the_new_kernel(vm: Vm) -> None:
+    rc, result = vm.play("kernel-update", *_change_args())
+    assert rc == 0, result
+    assert vm.ssh("uname -r") == NEW
+    assert vm.boots()[-1]["kernel"] == f"vmlinuz-{NEW}"
+    assert f"{MODULE}/{PIN.dkms[0].version}, {NEW}, x86_64: installed" in vm.ssh("dkms status")
+    assert MODULE in vm.ssh("lsmod").split()
+    manifest = json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))
+    assert manifest["verified"]["kernel"]["running"] == NEW
+    assert manifest["expected"]["kernel"]["abi"] == NEW
+    assert json.loads(vm.ssh("cat /etc/fleetgate/kernel.json"))["previous"] == OLD
+
+
+def test_rollback_returns_to_the_previous_kernel(vm: Vm) -> None:
+    rc, result = vm.play("rollback")
+    assert rc == 0, result
+    assert vm.ssh("uname -r") == OLD
+    assert vm.boots()[-1]["kernel"] == f"vmlinuz-{OLD}"
+    assert json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))["verified"]["kernel"][
+        "running"] == OLD
