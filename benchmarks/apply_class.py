@@ -88,11 +88,13 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 10])
     ap.add_argument("--kernel-update", action="store_true", help="also time it on one VM")
     args = ap.parse_args()
-    results: dict[str, Any] = {"apply_class": [bench_apply(n) for n in args.sizes]}
-    for row in results["apply_class"]:
+    results: dict[str, Any] = {"apply_class": []}
+    for n in args.sizes:
+        row = bench_apply(n)
+        results["apply_class"].append(row)
         print(f"apply-class on {row['hosts']:>2} hosts: first {row['first_s']:6.1f} s, "
               f"rerun {row['rerun_s']:6.1f} s, hosts changed on rerun: "
-              f"{row['rerun_changed_hosts']}")
+              f"{row['rerun_changed_hosts']}", flush=True)
     if args.kernel_update:
         results["vm"] = bench_kernel_update()
         print(f"VM: apply-class {results['vm']['apply_class_vm_s']} s, kernel update "
