@@ -85,10 +85,10 @@ def parse_extra_vars(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not EXTRA_KEY_RE.match(key):
+        if not sep or not EXTRA_KEY_RE.fullmatch(key):
             raise BadInput("expected KEY=VALUE with KEY in [a-z0-9_]", source="--extra-vars",
                            field=repr(pair))
-        if not EXTRA_VALUE_RE.match(value):
+        if not EXTRA_VALUE_RE.fullmatch(value):
             raise BadInput("value has characters outside [A-Za-z0-9._:+~/@%=,-]",
                            source="--extra-vars", field=key)
         out[key] = value
@@ -96,7 +96,7 @@ def parse_extra_vars(pairs: list[str]) -> dict[str, str]:
 
 
 def resolve_playbook(name: str) -> Path:
-    if not PLAYBOOK_RE.match(name):
+    if not PLAYBOOK_RE.fullmatch(name):
         raise BadInput("not a playbook name or path", source="PLAYBOOK", field=repr(name))
     path = Path(name)
     if path.suffix not in (".yml", ".yaml"):

@@ -58,7 +58,7 @@ def state_dir() -> Path:
 def validate_limit(limit: str | None) -> str | None:
     if limit is None:
         return None
-    if not LIMIT_RE.match(limit):
+    if not LIMIT_RE.fullmatch(limit):
         raise BadInput("host pattern has characters outside [A-Za-z0-9_.:*,!&[]-]",
                        source="--limit", field=repr(limit))
     return limit

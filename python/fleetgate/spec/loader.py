@@ -174,7 +174,7 @@ def resolve_class(name_or_path: str) -> tuple[Path, NodeClass]:
     candidate = Path(name_or_path)
     if candidate.suffix in CLASS_SUFFIXES:
         return candidate, load_class(candidate)
-    if not re.match(CLASS_NAME_RE, name_or_path):
+    if not re.fullmatch(CLASS_NAME_RE, name_or_path):
         raise BadInput("not a valid class name", source="CLASS", field=repr(name_or_path))
     for suffix in CLASS_SUFFIXES:
         f = classes_dir() / f"{name_or_path}{suffix}"

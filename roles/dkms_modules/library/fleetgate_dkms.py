@@ -109,12 +109,12 @@ def main() -> None:
     p: dict[str, Any] = module.params
     kernels: list[str] = p["kernels"]
     for k in kernels:
-        if not KERNEL_RE.match(k):
+        if not KERNEL_RE.fullmatch(k):
             module.fail_json(msg=f"refusing kernel {k!r}: not a kernel ABI")
     wanted: list[tuple[str, str]] = []
     for m in p["modules"]:
         name, version = str(m.get("name", "")), str(m.get("version", ""))
-        if not (NAME_RE.match(name) and NAME_RE.match(version)):
+        if not (NAME_RE.fullmatch(name) and NAME_RE.fullmatch(version)):
             module.fail_json(msg=f"refusing DKMS module {name!r} version {version!r}")
         wanted.append((name, version))
 
