@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   podman runc catatonit containernetworking-plugins iptables  # lab container hosts
   qemu-system-x86 e2fsprogs                                    # lab VM hosts
+  qemu-utils                                                   # qemu-img: Packer's qemu source
   mmdebstrap                                                   # base root filesystems
   packer                                                       # golden images
   openssh-client util-linux                                    # ssh to hosts, nsenter for faults

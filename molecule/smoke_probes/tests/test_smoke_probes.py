@@ -1,30 +1,30 @@
-"""smoke_probes on a real lab host: exactly the role's probe set, executable, versioned."""
+"""smoke_probes on a real lab host: exactly the role's probe set (with fleetgate's parsers),
+executable, versioned, its dependencies installed, and the probes answering."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 from testinfra.host import Host
+
+from fleetgate.smoke.probeset import probe_files, set_version
 
 PROBES_DIR = "/opt/fleetgate/probes"
 ROLE_PROBES = Path(__file__).resolve().parents[3] / "roles" / "smoke_probes" / "files" / "probes"
 
 
 def role_probe_set() -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(ROLE_PROBES.iterdir()) if p.is_file()}
+    return probe_files(ROLE_PROBES)
 
 
-def set_version(files: dict[str, bytes]) -> str:
-    """`sha256sum -- * | sha256sum` over the set, as the role documents."""
-    listing = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n"
-                      for name, data in sorted(files.items()))
-    return hashlib.sha256(listing.encode()).hexdigest()
-
-
-def test_role_ships_the_readme() -> None:
-    readme = role_probe_set()["README.txt"].decode()
+def test_role_ships_the_probes_and_the_parsers() -> None:
+    files = role_probe_set()
+    assert {"discovery.py", "stack.py", "gemm.py", "comms.py", "inference.py",
+            "fleetgate_probe.py", "fleetgate_parsers.py", "README.txt"} <= set(files)
+    readme = files["README.txt"].decode()
     assert "one JSON object" in readme and "timeout" in readme
 
 
@@ -42,7 +42,20 @@ def test_probe_installed_executable(host: Host, name: str) -> None:
     assert f.sha256sum == hashlib.sha256(role_probe_set()[name]).hexdigest()
 
 
+def test_cpu_backend_dependencies(host: Host) -> None:
+    assert host.package("python3-numpy").is_installed
+    assert host.run("/usr/bin/python3 -c 'import numpy'").rc == 0
+
+
+@pytest.mark.parametrize("probe", ["discovery", "stack", "inference"])
+def test_probes_answer_with_one_json_object(host: Host, probe: str) -> None:
+    out = host.run("/usr/bin/python3 -B %s/%s.py --backend cpu --timeout 30", PROBES_DIR, probe)
+    doc = json.loads(out.stdout)
+    assert out.rc == 0 and doc["status"] == "ok" and doc["probe"] == probe
+
+
 def test_only_the_probe_set_and_version(host: Host) -> None:
+    # After the probes ran: no __pycache__ or other leftovers in the directory.
     present = set(host.check_output("ls -A %s", PROBES_DIR).split())
     assert present == set(role_probe_set()) | {"VERSION"}
 

@@ -10,9 +10,11 @@ from rich.table import Table
 
 from fleetgate.cli.output import console, print_json
 from fleetgate.errors import BadInput
+from fleetgate.image.lab_images import LabImages, resolve_lab_images
 from fleetgate.lab import fleet
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.paths import LabPaths, default_lab_dir
+from fleetgate.lab.podman import Podman
 from fleetgate.lab.state import FaultKind
 
 app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)
@@ -34,11 +36,25 @@ def up(
     vms: Annotated[int, typer.Option(min=0, max=8)] = 0,
     container_class: str = "lab-cpu",
     vm_class: str = "lab-vm",
+    image: Annotated[list[str] | None, typer.Option(
+        "--image", metavar="CLASS:VERSION",
+        help="Start hosts from a built golden image (repeatable: one container, one VM class)."
+    )] = None,
+    images_dir: Annotated[Path | None, typer.Option(
+        "--images-dir", help="Image store (default: $FLEETGATE_IMAGES_DIR or .fleetgate/images).")]
+    = None,
 ) -> None:
     """Start N container hosts and M VM hosts, wait for SSH on each, write the inventory."""
     paths: LabPaths = ctx.obj
+    imgs = LabImages()
+    if image:
+        imgs = resolve_lab_images(image, Podman(paths.containers_conf), images_root=images_dir,
+                                  containers=containers, vms=vms)
     state = fleet.up(paths, containers=containers, vms=vms,
-                     container_class=container_class, vm_class=vm_class)
+                     container_class=imgs.container_class or container_class,
+                     vm_class=imgs.vm_class or vm_class,
+                     container_image=imgs.container_image, vm_rootfs=imgs.vm_rootfs,
+                     vm_image=imgs.vm_image)
     console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}")
 
 
@@ -81,7 +97,8 @@ def down(ctx: typer.Context) -> None:
 def fault(
     ctx: typer.Context,
     host: Annotated[str, typer.Argument()],
-    kind: Annotated[str, typer.Argument(help="stop | throttle-cpu | cut-network")],
+    kind: Annotated[str, typer.Argument(
+        help="stop | throttle-cpu | cut-network | hang-probe")],
 ) -> None:
     """Inject a real fault into one host."""
     kinds = get_args(FaultKind)

@@ -12,7 +12,7 @@ import sys
 import click
 import typer
 
-from fleetgate.cli import fleet_cmd, lab_cmd, spec_cmd
+from fleetgate.cli import fleet_cmd, image_cmd, lab_cmd, smoke_cmd, spec_cmd
 from fleetgate.errors import FleetgateError
 
 app = typer.Typer(
@@ -25,6 +25,8 @@ app = typer.Typer(
 app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(lab_cmd.app, name="lab")
 app.add_typer(fleet_cmd.app, name="fleet")
+app.add_typer(smoke_cmd.app, name="smoke")
+app.add_typer(image_cmd.app, name="image")
 
 
 def main() -> None:

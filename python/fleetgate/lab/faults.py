@@ -4,6 +4,10 @@
 - throttle-cpu: `podman update --cpus` caps the container's CFS quota, so GEMM really slows.
 - cut-network: every packet that is not loopback is dropped inside the host's network
   namespace (container), or the VM's NIC link is set down in qemu.
+- hang-probe: the tools a smoke probe calls first (lscpu, nvidia-smi, amd-smi, rocm-smi) are
+  shadowed in /usr/local/bin by a shim that blocks forever and ignores SIGTERM, as
+  nvidia-smi does on a wedged GPU; the probe's watchdog must answer "timeout" by itself.
+  Healing deletes the shims.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 
 from fleetgate.errors import BadInput
+from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.podman import Podman
 from fleetgate.lab.procs import require_tool, run
@@ -18,6 +23,11 @@ from fleetgate.lab.state import FaultKind, LabHost
 from fleetgate.lab.vm_hosts import monitor_command, start_vm, stop_vm
 
 THROTTLED_CPUS = "0.05"
+HANG_TOOLS = ("lscpu", "nvidia-smi", "amd-smi", "rocm-smi")
+HANG_MARK = "fleetgate lab fault hang-probe"
+# Blocks like a tool stuck on a wedged device: ignores TERM/INT/HUP (inherited by sleep), so
+# only SIGKILL of the process group ends it.
+HANG_SHIM = f"#!/bin/sh\n# {HANG_MARK}\ntrap '' TERM INT HUP\nwhile :; do sleep 3600; done\n"
 CUT_RULES = (["INPUT", "!", "-i", "lo", "-j", "DROP"], ["OUTPUT", "!", "-o", "lo", "-j", "DROP"])
 
 
@@ -27,6 +37,32 @@ def _netns_iptables(podman: Podman, host: LabHost, op: str) -> None:
     pid = podman.container_pid(host.runtime_name)
     for rule in CUT_RULES:
         run([nsenter, "-t", str(pid), "-n", iptables, op, *rule], timeout=30)
+
+
+def _host_shell(paths: LabPaths, podman: Podman, host: LabHost, script: str) -> None:
+    if host.kind == "container":
+        podman("exec", host.runtime_name, "/bin/sh", "-c", script, timeout=30)
+    else:
+        run(ssh_argv(paths, host.port, script), timeout=30)
+
+
+def _hang_probe(paths: LabPaths, podman: Podman, host: LabHost, on: bool) -> None:
+    if on:
+        script = "".join(
+            f"printf '%s' \"$1\" > /usr/local/bin/{t} && chmod 0755 /usr/local/bin/{t}; "
+            for t in HANG_TOOLS)
+        script = f"set -e; {script}"
+        argv_script = f"sh -c {_quote(script)} hang {_quote(HANG_SHIM)}"
+        _host_shell(paths, podman, host, argv_script)
+    else:
+        # Only files that carry the mark: a real tool installed there is never touched.
+        _host_shell(paths, podman, host, " ".join(
+            f"grep -qs {_quote(HANG_MARK)} /usr/local/bin/{t} && rm -f /usr/local/bin/{t};"
+            for t in HANG_TOOLS) + " true")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def inject(paths: LabPaths, podman: Podman, host: LabHost, kind: FaultKind) -> None:
@@ -49,6 +85,10 @@ def inject(paths: LabPaths, podman: Podman, host: LabHost, kind: FaultKind) -> N
             _netns_iptables(podman, host, "-I")
         else:
             monitor_command(paths, host, "set_link n0 off")
+    elif kind == "hang-probe":
+        if "cut-network" in host.faults:
+            raise BadInput("host network is cut; heal it first", source=host.name, field="fault")
+        _hang_probe(paths, podman, host, on=True)
     host.faults.append(kind)
 
 
@@ -58,7 +98,8 @@ def heal(paths: LabPaths, podman: Podman, host: LabHost) -> list[str]:
         # A restarted host comes back with a fresh network namespace / NIC: the cut is gone.
         host.faults.remove("cut-network")
         healed.append("cut-network")
-    for kind in sorted(host.faults, key=lambda k: k != "stop"):
+    # hang-probe is healed last, through the host's own shell, once the host runs again.
+    for kind in sorted(host.faults, key=lambda k: (k != "stop", k == "hang-probe")):
         if kind == "stop":
             if host.kind == "container":
                 podman("start", host.runtime_name)
@@ -72,6 +113,8 @@ def heal(paths: LabPaths, podman: Podman, host: LabHost) -> list[str]:
                 _netns_iptables(podman, host, "-D")
             else:
                 monitor_command(paths, host, "set_link n0 on")
+        elif kind == "hang-probe":
+            _hang_probe(paths, podman, host, on=False)
         host.faults.remove(kind)
         healed.append(kind)
     return healed

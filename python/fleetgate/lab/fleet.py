@@ -6,6 +6,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from fleetgate.errors import BadInput, LabError
 from fleetgate.lab import container_hosts, vm_hosts
@@ -95,6 +96,8 @@ def up(
     container_class: str = "lab-cpu",
     vm_class: str = "lab-vm",
     container_image: str | None = None,
+    vm_rootfs: Path | None = None,
+    vm_image: str | None = None,
 ) -> LabState:
     if containers < 0 or vms < 0 or containers + vms == 0:
         raise BadInput("need at least one host, and no negative counts", source="--containers")
@@ -119,7 +122,7 @@ def up(
             state.hosts += _plan_hosts(
                 paths, containers, "container", cnc, image, "lab-c", ports, 0)
         if vms:
-            key = vm_hosts.vm_recipe(vnc).key()
+            key = vm_image or vm_hosts.vm_recipe(vnc).key()
             state.hosts += _plan_hosts(paths, vms, "vm", vnc, key, "lab-v", ports, containers)
         write_known_hosts(paths, {h.port: host_key(paths, h.name) for h in state.hosts})
         save_state(paths.state, state)
@@ -127,7 +130,7 @@ def up(
             if h.kind == "container":
                 container_hosts.start_container(podman, paths, h)
             else:
-                vm_hosts.make_disk(paths, h, vnc)
+                vm_hosts.make_disk(paths, h, vnc, vm_rootfs)
                 h.supervisor_pid = vm_hosts.start_vm(paths, h)
             save_state(paths.state, state)
         write_inventory(paths, state)

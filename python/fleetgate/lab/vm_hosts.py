@@ -54,13 +54,14 @@ def vm_recipe(nc: NodeClass) -> RootfsRecipe:
     return RootfsRecipe(suite=nc.os.release, packages=tuple(packages), hooks=VM_HOOKS)
 
 
-def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass) -> Path:
-    """Build this VM's disk: cached rootfs + its own hostname, host key and authorized key."""
+def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
+    """Build this VM's disk: cached rootfs (or a golden image's rootfs tar) + its own hostname,
+    host key and authorized key."""
     hdir = paths.host_dir(host.name)
     disk = hdir / "disk.raw"
     if disk.exists():
         return disk
-    tar = rootfs_tar(vm_recipe(nc))
+    tar = rootfs if rootfs is not None else rootfs_tar(vm_recipe(nc))
     staging = hdir / "rootfs"
     extract(tar, staging)
     try:
@@ -70,6 +71,7 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass) -> Path:
         shutil.copy2(f"{key}.pub", ssh / "ssh_host_ed25519_key.pub")
         os.chmod(ssh / "ssh_host_ed25519_key", 0o600)
         auth = staging / "root" / ".ssh" / "authorized_keys"
+        auth.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.copy2(paths.ssh_key.with_suffix(".pub"), auth)
         os.chmod(auth, 0o600)
         (staging / "etc" / "hostname").write_text(f"{host.name}\n")

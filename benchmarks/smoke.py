@@ -1,0 +1,95 @@
+"""Benchmark the smoke suite on the lab: `fleetgate smoke run` wall time for 1 host and for 6
+hosts in parallel (median of 3 each), and the GEMM probe's coefficient of variation over 10
+runs on one host. Not a test: it prints a table and JSON.
+
+One lab of 6 lab-cpu containers is brought up (probes installed with `fleetgate fleet play
+smoke-probes`) and taken down at the end. All hosts share this machine's cores, so the
+6-host figure includes their contention, as a real run on one box would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FLEETGATE = str(Path(sys.executable).parent / "fleetgate")
+
+
+def run(argv: list[str], env: dict[str, str], *, ok_rcs: tuple[int, ...] = (0,)) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode not in ok_rcs:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): "
+                         f"{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
+    return elapsed
+
+
+def suite_wall(env: dict[str, str], inventory: str, limit: str | None,
+               repeats: int) -> dict[str, Any]:
+    times = []
+    for _ in range(repeats):
+        argv = [FLEETGATE, "smoke", "run", "-i", inventory]
+        if limit:
+            argv += ["--limit", limit]
+        times.append(run(argv, env))
+    return {"median_s": round(statistics.median(times), 2), "runs_s": [round(t, 2) for t in times]}
+
+
+def gemm_cv(env: dict[str, str], inventory: str, host: str, runs: int,
+            out_dir: Path) -> dict[str, Any]:
+    values = []
+    for i in range(runs):
+        out = out_dir / f"gemm-{i}.json"
+        run([FLEETGATE, "smoke", "run", "-i", inventory, "--limit", host, "--only", "gemm",
+             "--json", str(out)], env)
+        doc = json.loads(out.read_text())
+        values.append(float(doc["results"][0]["metrics"]["tflops"]))
+    mean = statistics.fmean(values)
+    return {"host": host, "runs": runs, "gflops": [round(v * 1000, 3) for v in values],
+            "mean_gflops": round(mean * 1000, 3),
+            "cv": round(statistics.pstdev(values) / mean, 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--gemm-runs", type=int, default=10)
+    ap.add_argument("--hosts", type=int, default=6)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fgbench-smoke-") as d:
+        root = Path(d)
+        env = {**os.environ, "FLEETGATE_HOME": str(REPO), "FLEETGATE_LAB_DIR": str(root / "lab"),
+               "FLEETGATE_STATE_DIR": str(root),
+               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        inventory = str(root / "lab" / "inventory.yml")
+        try:
+            run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
+            run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
+            one = suite_wall(env, inventory, "lab-c01", args.repeats)
+            many = suite_wall(env, inventory, None, args.repeats)
+            cv = gemm_cv(env, inventory, "lab-c01", args.gemm_runs, root)
+        finally:
+            subprocess.run([FLEETGATE, "lab", "down"], env=env, cwd=REPO, capture_output=True,
+                           check=False)
+    result = {"suite_1_host": one, f"suite_{args.hosts}_hosts_parallel": many, "gemm_cv": cv,
+              "cpus": os.cpu_count()}
+    print(f"{'measure':34} {'median / value':>16}  runs")
+    print(f"{'suite wall, 1 host':34} {one['median_s']:>14.2f} s  {one['runs_s']}")
+    print(f"{f'suite wall, {args.hosts} hosts in parallel':34} {many['median_s']:>14.2f} s  "
+          f"{many['runs_s']}")
+    print(f"{'GEMM probe CV, 10 runs on lab-c01':34} {cv['cv']:>16.4f}  {cv['gflops']} GFLOPS")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""`fleetgate image`: golden images per node class (Packer + the same roles as live hosts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from fleetgate.cli.output import console, esc, print_json
+from fleetgate.errors import BadInput
+from fleetgate.image import store
+from fleetgate.image.build import BuildOptions, Source, build_image
+from fleetgate.image.naming import parse_ref
+from fleetgate.image.progress import make_reporter
+
+app = typer.Typer(help="Golden images: build, list, show.", no_args_is_help=True)
+
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", help="Image store directory (default: $FLEETGATE_IMAGES_DIR or .fleetgate/images).")]
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.0f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"
+
+
+@app.command()
+def build(
+    node_class: Annotated[str, typer.Argument(metavar="CLASS", help="Class name or file.")],
+    source: Annotated[Source, typer.Option(help="docker: rootfs tar; qemu: bootable disk.")]
+    = "docker",
+    out: OutOpt = None,
+    force: Annotated[bool, typer.Option(help="Rebuild an existing image version.")] = False,
+    vendor_debs: Annotated[Path | None, typer.Option(
+        "--vendor-debs", help="Directory of .deb files offered to apt during the build.")] = None,
+    omit: Annotated[list[str] | None, typer.Option(
+        help="Leave out a part this machine cannot fetch (gpu-toolkit); recorded.")] = None,
+    accelerator: Annotated[str, typer.Option(help="qemu source: tcg or kvm.")] = "tcg",
+    timeout: Annotated[int, typer.Option(min=60, max=86400, help="Seconds Packer may run.")]
+    = 7200,
+) -> None:
+    """Build CLASS's golden image into OUT/<class>-<version>/ (refused if it exists)."""
+    if accelerator not in ("tcg", "kvm"):
+        raise BadInput("expected tcg or kvm", source="--accelerator", field=accelerator)
+    opts = BuildOptions(node_class=node_class, source=source, out=out, force=force,
+                        vendor_debs=vendor_debs, omit=tuple(omit or ()),
+                        accelerator=accelerator, timeout=timeout)
+    result = build_image(opts, make_reporter(console))
+    img = result.image
+    m = img.manifest["image"]
+    phases = ", ".join(f"{k} {v:.0f}s" for k, v in result.phases.items())
+    console.print(f"[green]image {img.name}[/green]: {img.path} ({m['artifact']} "
+                  f"{_size(int(m['artifact_bytes']))}, {result.seconds:.0f}s: {phases})")
+
+
+def _summary(img: store.StoredImage) -> dict[str, Any]:
+    m = img.manifest
+    image, build_info = m.get("image", {}), m.get("build", {})
+    return {
+        "name": img.name, "class": img.node_class, "version": img.version,
+        "source": img.source, "path": str(img.path), "artifact": image.get("artifact"),
+        "artifact_bytes": image.get("artifact_bytes"), "built_at": image.get("built_at"),
+        "kernel": m.get("expected", {}).get("kernel", {}).get("abi"),
+        "git_revision": build_info.get("git_revision"), "git_dirty": build_info.get("git_dirty"),
+        "omitted": build_info.get("omitted", []),
+    }
+
+
+@app.command("list")
+def list_(out: OutOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every image in the store, oldest version first."""
+    images = store.list_images(store.images_dir(out))
+    if as_json:
+        print_json([_summary(i) for i in images])
+        return
+    table = Table("image", "class", "version", "source", "kernel", "size", "built", "git")
+    for i in images:
+        s = _summary(i)
+        rev = str(s["git_revision"] or "?")[:10] + ("+dirty" if s["git_dirty"] else "")
+        table.add_row(esc(i.name), esc(i.node_class), str(i.version), esc(i.source),
+                      esc(s["kernel"]), _size(int(s["artifact_bytes"] or 0)),
+                      esc(s["built_at"]), esc(rev))
+    console.print(table)
+    if not images:
+        console.print(f"no images in {store.images_dir(out)}")
+
+
+@app.command()
+def show(
+    ref: Annotated[str, typer.Argument(metavar="CLASS[:VERSION]")],
+    out: OutOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The whole manifest.json.")] = False,
+) -> None:
+    """One image: its build record and each component's expected beside verified version."""
+    img = store.find_image(store.images_dir(out), parse_ref(ref))
+    if as_json:
+        print_json(img.manifest)
+        return
+    s = _summary(img)
+    b = img.manifest.get("build", {})
+    console.print(f"[bold]{esc(img.name)}[/bold]  {esc(img.path)}")
+    for key in ("source", "artifact", "built_at", "git_revision"):
+        console.print(f"  {key}: {esc(s[key])}")
+    console.print(f"  git_dirty: {s['git_dirty']}")
+    console.print(f"  template_sha256: {esc(b.get('template_sha256'))}")
+    console.print(f"  base_image: {esc(b.get('base_image', {}).get('ref'))}")
+    console.print(f"  package_list_sha256: {esc(img.manifest.get('package_list_sha256'))}")
+    if s["omitted"]:
+        console.print(f"  [yellow]omitted: {esc(', '.join(s['omitted']))}[/yellow]")
+    table = Table("component", "name", "expected", "verified", "status")
+    for row in img.manifest.get("components", []):
+        colour = {"ok": "green", "omitted": "yellow"}.get(row["status"], "red")
+        table.add_row(esc(row["component"]), esc(row["name"]), esc(row["expected"]),
+                      esc(row["verified"]), f"[{colour}]{row['status']}[/{colour}]")
+    console.print(table)

@@ -1,0 +1,50 @@
+"""The base a golden image starts from: the lab's mmdebstrap rootfs, imported into podman.
+
+Container classes start from the lab's container base (sshd, python3); every other class from
+the lab's VM base without a kernel (systemd, udev, initramfs-tools, sshd, networkd), so that
+kernel_pin installs the class's kernel itself and the result boots. Both come from the shared
+rootfs cache, keyed by recipe: a warm build skips mmdebstrap and the import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetgate.image.provenance import sha256_file
+from fleetgate.lab import container_hosts, vm_hosts
+from fleetgate.lab.podman import Podman
+from fleetgate.lab.rootfs import RootfsRecipe, rootfs_tar
+from fleetgate.spec.schema import NodeClass
+
+BASE_REPO = "localhost/fleetgate-lab-base"  # the same name the lab uses: one import per recipe
+SSHD_CMD = 'CMD ["/usr/sbin/sshd", "-D", "-e"]'
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    ref: str
+    recipe: RootfsRecipe
+    tar: Path
+    tar_sha256: str
+
+    def record(self) -> dict[str, object]:
+        return {"ref": self.ref, "recipe_key": self.recipe.key(), "suite": self.recipe.suite,
+                "variant": self.recipe.variant, "packages": sorted(self.recipe.packages),
+                "rootfs_sha256": self.tar_sha256}
+
+
+def base_recipe(nc: NodeClass) -> RootfsRecipe:
+    if nc.lab.kind == "container":
+        return container_hosts.base_recipe(nc)
+    return RootfsRecipe(suite=nc.os.release, packages=vm_hosts.VM_BASE_PACKAGES,
+                        hooks=vm_hosts.VM_HOOKS)
+
+
+def ensure_base_image(podman: Podman, nc: NodeClass) -> BaseImage:
+    recipe = base_recipe(nc)
+    tar = rootfs_tar(recipe)
+    ref = f"{BASE_REPO}:{recipe.key()}"
+    if not podman.image_exists(ref):
+        podman("import", "--change", SSHD_CMD, str(tar), ref, timeout=600)
+    return BaseImage(ref, recipe, tar, sha256_file(tar))

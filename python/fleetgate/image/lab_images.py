@@ -1,0 +1,87 @@
+"""Lab hosts from a built image version: `fleetgate lab up --image CLASS:VERSION`.
+
+A container class's image (rootfs tar) is imported into podman under a tag that carries the
+artifact's hash, so a rebuilt version (--force) can never be confused with the old one. A VM
+class's image is the root filesystem the lab turns into each VM's ext4 disk; the VM then boots
+the kernel the image's own /vmlinuz names. Either way the artifact must still match its
+sha256sums, and the lab injects host keys and authorized_keys itself, so an image whose host
+keys sysprep removed works as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetgate.errors import BadInput
+from fleetgate.image import store
+from fleetgate.image.build import verify_sums
+from fleetgate.image.naming import parse_ref
+from fleetgate.lab.podman import LABEL, Podman
+from fleetgate.spec.loader import resolve_class
+
+IMAGE_REPO = "localhost/fleetgate-image"
+IMAGE_LABEL = "io.fleetgate.image"
+SSHD_CMD = 'CMD ["/usr/sbin/sshd", "-D", "-e"]'
+
+
+@dataclass(frozen=True)
+class LabImages:
+    container_image: str | None = None  # podman image ref for container hosts
+    container_class: str | None = None
+    vm_rootfs: Path | None = None  # rootfs tar the VM disks are made from
+    vm_class: str | None = None
+    vm_image: str | None = None  # `<class>-<version>@<sha12>`, recorded per host
+
+
+def podman_ref(img: store.StoredImage) -> str:
+    digest = str(img.manifest["image"]["artifact_sha256"])[:12]
+    return f"{IMAGE_REPO}-{img.node_class}:{img.version}-{digest}"
+
+
+def import_image(podman: Podman, img: store.StoredImage) -> str:
+    ref = podman_ref(img)
+    if not podman.image_exists(ref):
+        podman("import", "--change", SSHD_CMD, "--change", f"LABEL {IMAGE_LABEL}={img.name}",
+               "--change", f"LABEL {LABEL}=image", str(img.artifact), ref, timeout=600)
+    return ref
+
+
+def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | None,
+                       containers: int, vms: int) -> LabImages:
+    """Each --image goes to the host kind its class's lab.kind names; one image per kind."""
+    out = LabImages()
+    root = store.images_dir(images_root)
+    for text in refs:
+        img = store.find_image(root, parse_ref(text, source="--image"))
+        if img.source != "docker":
+            raise BadInput(f"image {img.name} is a {img.source} image; the lab starts hosts "
+                           "from rootfs (docker source) images", source="--image", field=text)
+        kind = img.manifest.get("image", {}).get("lab_kind") or _class_kind(img.node_class)
+        if kind == "container":
+            if out.container_image is not None:
+                raise BadInput("only one image for container hosts", source="--image", field=text)
+            if containers == 0:
+                raise BadInput(f"{img.name} is for container hosts but --containers is 0",
+                               source="--image", field=text)
+            verify_sums(img, [img.artifact.name])
+            out = LabImages(import_image(podman, img), img.node_class, out.vm_rootfs,
+                            out.vm_class, out.vm_image)
+        else:
+            if out.vm_rootfs is not None:
+                raise BadInput("only one image for VM hosts", source="--image", field=text)
+            if vms == 0:
+                raise BadInput(f"{img.name} is for VM hosts but --vms is 0", source="--image",
+                               field=text)
+            verify_sums(img, [img.artifact.name])
+            digest = str(img.manifest["image"]["artifact_sha256"])[:12]
+            out = LabImages(out.container_image, out.container_class, img.artifact,
+                            img.node_class, f"{img.name}@{digest}")
+    return out
+
+
+
+def _class_kind(node_class: str) -> str:
+    """Images built before lab_kind was recorded: the class file says."""
+    _, nc = resolve_class(node_class)
+    return nc.lab.kind

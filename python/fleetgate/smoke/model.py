@@ -1,0 +1,138 @@
+"""The smoke suite's data: what a probe prints, and the verdict per host per check.
+
+A verdict is pass, fail or inconclusive. "Could not measure" (timeout, unreachable, a probe
+that crashed or printed garbage) is inconclusive, never fail: probe_status keeps the raw reason.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleetgate.errors import BadInput
+from fleetgate.smoke.thresholds import Check
+
+Status = Literal["pass", "fail", "inconclusive"]
+ProbeStatus = Literal["ok", "error", "timeout", "skipped", "unreachable", "malformed",
+                      "not-run"]
+RESULT_SCHEMA = "fleetgate.smoke.result/v1"
+
+
+def plain_ansible_json(obj: Any) -> Any:
+    """ansible-inventory --list (ansible-core 2.19) wraps untrusted strings, such as a vars
+    plugin's values, as {"__ansible_unsafe": "..."}; the suite wants plain data."""
+    if isinstance(obj, dict):
+        if len(obj) == 1 and ("__ansible_unsafe" in obj or "__ansible_vault" in obj):
+            return next(iter(obj.values()))
+        return {k: plain_ansible_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain_ansible_json(v) for v in obj]
+    return obj
+
+
+class ProbeReport(BaseModel):
+    """The one JSON object a probe prints (roles/smoke_probes/files/probes/README.txt)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    probe: Check
+    backend: Literal["nvidia", "amd", "cpu", "none"]
+    status: Literal["ok", "error", "timeout", "skipped"]
+    reason: str = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    duration_s: float
+    tool_versions: dict[str, str] = Field(default_factory=dict)
+    inputs: dict[str, Any] = Field(default_factory=dict)
+
+
+def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeReport:
+    """Exactly one JSON object (surrounding whitespace allowed); anything else is BadInput."""
+    stripped = text.strip()
+    if not stripped:
+        raise BadInput("empty; a probe prints exactly one JSON object", source=source)
+    try:
+        doc = json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"not one JSON object: {exc.msg} at line {exc.lineno} col {exc.colno}",
+                       source=source) from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"a probe prints a JSON object, not a {type(doc).__name__}", source=source)
+    try:
+        return ProbeReport.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise BadInput(f"{err['msg']}", source=source, field=where) from None
+
+
+class CheckResult(BaseModel):
+    """One host, one check: the verdict with everything that went into it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    check: Check
+    status: Status
+    probe_status: ProbeStatus
+    reason: str
+    node_class: str | None = None
+    backend: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    threshold: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    tool_versions: dict[str, str] = Field(default_factory=dict)
+    probe_version: str | None = None
+    duration_s: float | None = None
+
+
+class SmokeRun(BaseModel):
+    """What `fleetgate smoke run --json OUT` writes and `run_smoke()` returns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default=RESULT_SCHEMA, alias="schema")
+    started_at: datetime
+    finished_at: datetime
+    wall_s: float
+    inventory: str
+    limit: str | None
+    node_class: str | None
+    checks: list[Check]
+    hosts: list[str]
+    results: list[CheckResult]
+    run_dir: str | None = None
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "fail"]
+
+    @property
+    def inconclusive(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "inconclusive"]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "pass" for r in self.results)
+
+    def summary(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "inconclusive": 0}
+        for r in self.results:
+            out[r.status] += 1
+        return out
+
+    def result(self, host: str, check: str) -> CheckResult:
+        for r in self.results:
+            if r.host == host and r.check == check:
+                return r
+        raise KeyError(f"{host}/{check}")
+
+    def to_json(self) -> str:
+        doc = self.model_dump(mode="json", by_alias=True)
+        doc["summary"] = self.summary()
+        doc["ok"] = self.ok
+        return json.dumps(doc, indent=2, sort_keys=True)

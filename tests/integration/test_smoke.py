@@ -1,0 +1,143 @@
+"""The smoke suite on the real lab: 6 lab-cpu container hosts, the probes installed by the
+smoke_probes role through `fleetgate fleet play`, then `fleetgate smoke run` healthy and under
+real faults (CPU quota throttling, a cut network, a hung probe tool). One lab for all cases.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetgate.smoke import run_smoke
+from tests.conftest import fleetgate
+
+pytestmark = pytest.mark.lab
+
+N_HOSTS = 6
+CHECKS = ("discovery", "stack", "gemm", "comms", "inference")
+DISCOVERY_TIMEOUT_S = 20  # thresholds.yml backends.cpu.timeouts_s.discovery
+
+
+class Lab:
+    def __init__(self, root: Path):
+        self.root = root
+        self.env = {"FLEETGATE_LAB_DIR": str(root), "FLEETGATE_STATE_DIR": str(root.parent)}
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return fleetgate(*args, env=self.env, check=check)
+
+    @property
+    def inventory(self) -> str:
+        return str(self.root / "inventory.yml")
+
+    def smoke(self, *args: str) -> tuple[int, dict[str, Any], float]:
+        out = self.root.parent / f"smoke-{time.monotonic_ns()}.json"
+        t0 = time.monotonic()
+        proc = self.run("smoke", "run", "-i", self.inventory, "--json", str(out), *args,
+                        check=False)
+        wall = time.monotonic() - t0
+        assert out.exists(), proc.stderr
+        return proc.returncode, json.loads(out.read_text()), wall
+
+    def ssh(self, host: str, command: str) -> str:
+        inv = yaml.safe_load(Path(self.inventory).read_text())
+        port = inv["all"]["hosts"][host]["ansible_port"]
+        proc = subprocess.run(
+            ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={self.root}/ssh/known_hosts",
+             "-o", "StrictHostKeyChecking=yes", "-i", str(self.root / "ssh" / "id_ed25519"),
+             "-p", str(port), "root@127.0.0.1", command],
+            capture_output=True, text=True, timeout=30, check=False)
+        return proc.stdout
+
+
+def by_host(doc: dict[str, Any], check: str) -> dict[str, dict[str, Any]]:
+    return {r["host"]: r for r in doc["results"] if r["check"] == check}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    lab = Lab(tmp_path_factory.mktemp("smoke") / "lab")
+    try:
+        proc = lab.run("lab", "up", "--containers", str(N_HOSTS), check=False)
+        assert proc.returncode == 0, proc.stderr
+        play = lab.run("fleet", "play", "smoke-probes", "-i", lab.inventory, "--json",
+                       check=False)
+        assert play.returncode == 0, play.stdout[-3000:] + play.stderr
+        yield lab
+    finally:
+        lab.run("lab", "down", check=False)
+
+
+def test_suite_passes_on_every_healthy_host(lab: Lab) -> None:
+    rc, doc, _ = lab.smoke()
+    assert rc == 0, [r["reason"] for r in doc["results"] if r["status"] != "pass"]
+    assert doc["summary"] == {"pass": N_HOSTS * len(CHECKS), "fail": 0, "inconclusive": 0}
+    assert len(doc["hosts"]) == N_HOSTS
+    for r in doc["results"]:
+        assert (r["status"], r["probe_status"], r["node_class"]) == ("pass", "ok", "lab-cpu")
+        assert r["probe_version"] and not any("re-run smoke_probes" in w for w in r["warnings"])
+    for r in by_host(doc, "gemm").values():
+        assert r["metrics"]["correct"] is True and r["metrics"]["tflops"] > 0
+        assert r["metrics"]["size"] == 512 and r["threshold"]["relative"]["reference_n"] == N_HOSTS
+    for r in by_host(doc, "comms").values():
+        assert r["metrics"]["correct"] is True and r["metrics"]["busbw_gbps"] > 0
+    for r in by_host(doc, "inference").values():
+        assert r["metrics"]["deterministic"] is True
+
+
+def test_cpu_throttled_host_fails_gemm_against_its_peers(lab: Lab) -> None:
+    # The lab's hosts share this machine's cores: run them one at a time (--forks 1), so each
+    # healthy host measures the machine, not its share of the others' contention.
+    lab.run("lab", "fault", "lab-c02", "throttle-cpu")
+    try:
+        rc, doc, _ = lab.smoke("--only", "gemm", "--forks", "1")
+    finally:
+        lab.run("lab", "heal", "lab-c02")
+    gemm = by_host(doc, "gemm")
+    slow = gemm.pop("lab-c02")
+    assert rc == 1
+    assert (slow["status"], slow["probe_status"]) == ("fail", "ok"), slow["reason"]
+    assert "peers median" in slow["reason"] or "below the floor" in slow["reason"]
+    assert slow["threshold"]["relative"]["ratio"] < slow["threshold"]["relative"]["margin"]
+    assert {r["status"] for r in gemm.values()} == {"pass"}
+
+
+def test_unreachable_and_hung_hosts_are_inconclusive_within_budget(lab: Lab) -> None:
+    """Two faults on two hosts, one run: a cut network (unreachable) and a probe tool that
+    hangs ignoring SIGTERM (timeout). Neither is "failed as measured", the other hosts pass,
+    and the run still ends within the hung probe's deadline plus transport."""
+    lab.run("lab", "fault", "lab-c03", "cut-network")
+    lab.run("lab", "fault", "lab-c04", "hang-probe")
+    try:
+        rc, doc, wall = lab.smoke("--only", "discovery,stack")
+        leftovers = lab.ssh("lab-c04", "ps -eo args | grep -c '^/bin/sh /usr/local/bin/lscpu'")
+    finally:
+        lab.run("lab", "heal", "lab-c03")
+        lab.run("lab", "heal", "lab-c04")
+    assert rc == 4, "inconclusive only: exit 4, neither 0 nor 1"
+    discovery, stack = by_host(doc, "discovery"), by_host(doc, "stack")
+    for check in (discovery, stack):
+        cut = check.pop("lab-c03")
+        assert (cut["status"], cut["probe_status"]) == ("inconclusive", "unreachable")
+    hung = discovery.pop("lab-c04")
+    assert (hung["status"], hung["probe_status"]) == ("inconclusive", "timeout")
+    assert "hung in: lscpu" in hung["reason"]
+    assert stack.pop("lab-c04")["status"] == "pass", "the host's next check still ran"
+    assert {r["status"] for r in [*discovery.values(), *stack.values()]} == {"pass"}
+    assert wall < DISCOVERY_TIMEOUT_S + 30, f"the run took {wall:.0f}s"
+    assert leftovers.strip() == "0", "the hung tool was killed with the probe's group"
+    assert lab.ssh("lab-c04", "ls /usr/local/bin").strip() == "", "heal removed the shims"
+
+
+def test_python_api_for_the_rollout_controller(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETGATE_STATE_DIR", str(lab.root.parent))
+    run = run_smoke(Path(lab.inventory), limit="pool_canary", only=["discovery", "stack"])
+    assert run.ok and run.hosts == ["lab-c01"] and len(run.results) == 2
+    assert {r.check for r in run.results} == {"discovery", "stack"}
