@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fleetgate.spec.loader import load_class
-from tests.conftest import REPO, fleetgate
+from tests.conftest import REPO, LabHandle, fleetgate
 
 pytestmark = pytest.mark.lab
 
@@ -25,18 +25,7 @@ N_CONTAINERS = 6
 N_VMS = 1
 
 
-class Lab:
-    def __init__(self, root: Path):
-        self.root = root
-        self.env = {"FLEETGATE_LAB_DIR": str(root), "FLEETGATE_STATE_DIR": str(root.parent)}
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return fleetgate(*args, env=self.env, check=check)
-
-    @property
-    def inventory(self) -> str:
-        return str(self.root / "inventory.yml")
-
+class Lab(LabHandle):
     def state(self) -> dict[str, Any]:
         return dict(json.loads((self.root / "state.json").read_text()))
 

@@ -6,17 +6,15 @@ real faults (CPU quota throttling, a cut network, a hung probe tool). One lab fo
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from fleetgate.smoke import run_smoke
-from tests.conftest import fleetgate
+from tests.conftest import LabHandle
 
 pytestmark = pytest.mark.lab
 
@@ -25,18 +23,7 @@ CHECKS = ("discovery", "stack", "gemm", "comms", "inference")
 DISCOVERY_TIMEOUT_S = 20  # thresholds.yml backends.cpu.timeouts_s.discovery
 
 
-class Lab:
-    def __init__(self, root: Path):
-        self.root = root
-        self.env = {"FLEETGATE_LAB_DIR": str(root), "FLEETGATE_STATE_DIR": str(root.parent)}
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return fleetgate(*args, env=self.env, check=check)
-
-    @property
-    def inventory(self) -> str:
-        return str(self.root / "inventory.yml")
-
+class Lab(LabHandle):
     def smoke(self, *args: str) -> tuple[int, dict[str, Any], float]:
         out = self.root.parent / f"smoke-{time.monotonic_ns()}.json"
         t0 = time.monotonic()
@@ -45,16 +32,6 @@ class Lab:
         wall = time.monotonic() - t0
         assert out.exists(), proc.stderr
         return proc.returncode, json.loads(out.read_text()), wall
-
-    def ssh(self, host: str, command: str) -> str:
-        inv = yaml.safe_load(Path(self.inventory).read_text())
-        port = inv["all"]["hosts"][host]["ansible_port"]
-        proc = subprocess.run(
-            ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={self.root}/ssh/known_hosts",
-             "-o", "StrictHostKeyChecking=yes", "-i", str(self.root / "ssh" / "id_ed25519"),
-             "-p", str(port), "root@127.0.0.1", command],
-            capture_output=True, text=True, timeout=30, check=False)
-        return proc.stdout
 
 
 def by_host(doc: dict[str, Any], check: str) -> dict[str, dict[str, Any]]:
