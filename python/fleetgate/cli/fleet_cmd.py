@@ -13,6 +13,10 @@ from fleetgate.cli.output import console, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.spec.loader import repo_root
+from fleetgate.triage.cachekey import cache_key, parse_engines, runtime_of
+from fleetgate.triage.drift import class_hardware, host_drift, mixed_drift
+from fleetgate.triage.drift import to_dict as drift_dict
+from fleetgate.triage.fleetstate import Selection, read_states, select
 
 app = typer.Typer(help="Operations on hosts, through ansible-runner.", no_args_is_help=True)
 
@@ -137,3 +141,88 @@ def play(
         console.print(f"run artifacts: {result.run_dir}")
     if not result.ok or not rows:
         raise typer.Exit(1)
+
+
+DRIFT_COLOUR = {"clean": "green", "drift": "red", "inconclusive": "yellow"}
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+
+
+@app.command()
+def drift(
+    inventory: InventoryOpt,
+    limit: LimitOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Compare each host's live versions and devices with its class and the manifest it
+    carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
+    could not be read (and nothing drifted)."""
+    sel = select(inventory, limit)
+    run_dir, states = read_states(sel)
+    hosts = [host_drift(s, sel.classes[s.host]) for s in states]
+    hardware = class_hardware(states)
+    mixed = [d for hw in hardware for d in mixed_drift(hw)]
+    if as_json:
+        print_json({"run_dir": str(run_dir),
+                    "hosts": {h.host: drift_dict(h) for h in hosts},
+                    "classes": {hw.name: {"hosts": hw.hosts, "mixed_hardware": hw.mixed,
+                                          "variants": hw.variants} for hw in hardware}})
+    else:
+        table = Table("host", "class", "status", "drift")
+        for h in hosts:
+            colour = DRIFT_COLOUR[h.status]
+            detail = "\n".join(esc(d.message) for d in h.drift) or esc(h.reason)
+            table.add_row(esc(h.host), esc(h.class_name or "-"),
+                          f"[{colour}]{h.status}[/{colour}]", detail)
+        console.print(table)
+        for d in mixed:
+            console.print(f"[red]mixed hardware:[/red] {esc(d.message)}")
+        console.print(f"run artifacts: {run_dir}")
+    if mixed or any(h.status == "drift" for h in hosts):
+        raise typer.Exit(1)
+    if any(h.status == "inconclusive" for h in hosts):
+        raise typer.Exit(4)
+
+
+@app.command("cache-key")
+def cache_key_command(
+    host: Annotated[str, typer.Argument(help="One inventory host.")],
+    inventory: InventoryOpt,
+    engine: Annotated[list[str] | None, typer.Option(
+        "--engine", help="NAME=VERSION of the engine or compiler, repeatable "
+                         "(tensorrt=10.3, torch=2.4.1, triton=3.0.0).")] = None,
+    runtime: Annotated[str | None, typer.Option(
+        "--runtime", help="cuda=X.Y or rocm=X.Y the workload runs (default: the class's "
+                          "userland pin).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the cache key for engine and compile caches on HOST: a short sha256 over device
+    model, PCI ID, compute capability, driver, CUDA/ROCm runtime and engine versions."""
+    if not HOST_RE.fullmatch(host):
+        raise BadInput("not a single host name", source="HOST", field=repr(host))
+    engines = parse_engines(engine or [])
+    sel = select(inventory, host)
+    if host not in sel.classes:
+        raise BadInput("no such host in the inventory", source=str(inventory), field=host)
+    nc = sel.classes[host]
+    if nc is None:
+        raise BadInput("the host has no fleetgate_class, so no backend to key by",
+                       source=host, field="fleetgate_class")
+    rt = runtime_of(nc, runtime)
+    run_dir, states = read_states(Selection(sel.inventory, host, {host: nc}))
+    state = next(s for s in states if s.host == host)
+    if state.outcome not in ("ok", "changed") or not state.devices:
+        console.print(f"[yellow]{esc(host)}: could not read its devices: "
+                      f"{esc(state.outcome)} {esc(state.message)}[/yellow]")
+        raise typer.Exit(4)
+    distinct = sorted({(d.model, d.pci_id, d.compute_capability, d.driver)
+                       for d in state.devices}, key=str)
+    if len(distinct) > 1:
+        console.print(f"[red]{esc(host)} mixes devices ({esc(distinct)}): one cache per "
+                      "device kind is needed, not one per host[/red]")
+        raise typer.Exit(1)
+    key = cache_key(nc.accelerator.backend, state.devices[0], rt, engines)
+    if as_json:
+        print_json({"host": host, "class": nc.name, "key": key.key,
+                    "components": key.components, "run_dir": str(run_dir)})
+    else:
+        print(key.key)

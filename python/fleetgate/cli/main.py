@@ -12,7 +12,16 @@ import sys
 import click
 import typer
 
-from fleetgate.cli import fleet_cmd, image_cmd, lab_cmd, smoke_cmd, spec_cmd
+from fleetgate.cli import (
+    diagnose_cmd,
+    fleet_cmd,
+    image_cmd,
+    lab_cmd,
+    preflight_cmd,
+    rollout_cmd,
+    smoke_cmd,
+    spec_cmd,
+)
 from fleetgate.errors import FleetgateError
 
 app = typer.Typer(
@@ -27,6 +36,9 @@ app.add_typer(lab_cmd.app, name="lab")
 app.add_typer(fleet_cmd.app, name="fleet")
 app.add_typer(smoke_cmd.app, name="smoke")
 app.add_typer(image_cmd.app, name="image")
+app.command("diagnose")(diagnose_cmd.diagnose_command)
+app.add_typer(preflight_cmd.app, name="preflight")
+app.add_typer(rollout_cmd.app, name="rollout")
 
 
 def main() -> None:

@@ -26,7 +26,13 @@ CONTAINER_PACKAGES = (
 
 
 def base_recipe(nc: NodeClass) -> RootfsRecipe:
-    return RootfsRecipe(suite=nc.os.release, packages=CONTAINER_PACKAGES, hooks=SSHD_HOOKS)
+    # The class's pinned kernel image comes with the base, as on a host built from the
+    # previous golden image: containers never boot it, and unpacking it (and its initramfs)
+    # into every container on every apply-class is most of what a lab rollout would time.
+    k = nc.kernel
+    return RootfsRecipe(suite=nc.os.release,
+                        packages=(*CONTAINER_PACKAGES, f"linux-image-{k.abi}={k.package_version}"),
+                        hooks=SSHD_HOOKS)
 
 
 def ensure_base_image(podman: Podman, nc: NodeClass) -> str:

@@ -122,6 +122,7 @@ def run(
     runs_base: Path | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     timeout: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunResult:
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
@@ -151,7 +152,7 @@ def run(
         kwargs: dict[str, Any] = {
             "private_data_dir": str(run_dir),
             "inventory": str(inv),
-            "envvars": _env(forks),
+            "envvars": {**_env(forks), **(env or {})},
             "extravars": dict(extravars or {}),
             "quiet": True,
             "event_handler": handler,
@@ -170,6 +171,9 @@ def run(
         hr = hosts.setdefault(name, HostResult(name, outcome))
         hr.outcome = outcome
     rc = int(r.rc if r.rc is not None else 1)
+    if rc != 0 and not stats and not errors:
+        # A playbook that does not parse never emits an error event; its reason is on stdout.
+        errors.extend(_stdout_errors(run_dir))
     if rc != 0 and not stats:
         # The play aborted (a parse error, a missing role...): no host got to its recap, so
         # none of them is "ok", whatever events arrived before the abort.
@@ -183,6 +187,18 @@ def run(
                    for h, v in hosts.items()}}, indent=2))
     return RunResult(status=str(r.status), rc=rc, run_dir=run_dir, hosts=hosts,
                      error=errors[-1] if errors else "")
+
+
+def _stdout_errors(run_dir: Path) -> list[str]:
+    out: list[str] = []
+    for path in sorted(run_dir.glob("artifacts/*/stdout")):
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(("[ERROR]", "ERROR!")):
+                # The message, plus the "Origin: file:line" line Ansible prints after it.
+                more = [x for x in lines[i + 1:i + 3] if x.startswith("Origin:")]
+                out.append(" ".join(" ".join([line, *more]).split())[:500])
+    return out
 
 
 def _stats_outcomes(stats: Mapping[str, Any]) -> dict[str, HostOutcome]:

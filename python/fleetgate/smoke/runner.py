@@ -47,7 +47,7 @@ def parse_only(only: str | Sequence[str] | None) -> list[Check]:
     return [c for c in CHECKS if c in names]
 
 
-def _env() -> dict[str, str]:
+def ansible_env() -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     root = repo_root()
     return {**os.environ,
@@ -66,7 +66,7 @@ def select_hosts(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]
     if limit:
         argv += ["--limit", limit]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env(),
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ansible_env(),
                               check=False)
     except subprocess.TimeoutExpired:
         raise BadInput("ansible-inventory did not answer in 120s", source=str(inventory)) from None
@@ -105,7 +105,7 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
     started = time.monotonic()
     killed = False
     with log_file.open("w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=_env(),
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=ansible_env(),
                                 cwd=run_dir, start_new_session=True)
         try:
             rc = proc.wait(timeout=budget_s)

@@ -1,0 +1,84 @@
+"""`fleetgate diagnose`: the article's fast-diagnosis order on live hosts (or a saved
+collection), stopping at the first stage that explains the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleetgate.cli.output import console, esc, print_json
+from fleetgate.errors import BadInput
+from fleetgate.triage.diagnose import DiagnoseRun, diagnose, replay
+from fleetgate.triage.model import Walk
+
+STATUS_COLOUR = {"ok": "green", "problem": "red", "inconclusive": "yellow", "n/a": "dim",
+                 "skipped": "dim"}
+VERDICT_COLOUR = {"clean": "green", "problem": "red", "inconclusive": "yellow"}
+
+
+def _print_walk(w: Walk) -> None:
+    table = Table("stage", "status", "what it saw", title=f"{w.host} ({w.backend})",
+                  title_justify="left")
+    for s in w.stages:
+        colour = STATUS_COLOUR[s.status]
+        table.add_row(f"{s.number}. {esc(s.title)}", f"[{colour}]{s.status}[/{colour}]",
+                      esc(s.summary))
+    console.print(table)
+    for s in w.stages:
+        for f in s.findings[1:]:
+            console.print(f"  also ({s.name}): {esc(f.message)}")
+        for note in s.notes:
+            console.print(f"  note ({s.name}): {esc(note)}")
+    colour = VERDICT_COLOUR[w.verdict]
+    console.print(f"[{colour}]{w.host}: {w.verdict}[/{colour}] -- {esc(w.reason)}")
+    decision = next((s.decision for s in w.stages if s.decision), None)
+    if decision:
+        console.print(f"[bold]decision:[/bold] {esc(decision)}")
+
+
+def diagnose_command(
+    inventory: Annotated[Path | None, typer.Option("--inventory", "-i",
+                                                   help="Ansible inventory.")] = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l",
+                                              help="The host (or host pattern) to diagnose.")
+                     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    command_timeout: Annotated[int, typer.Option(
+        "--command-timeout", help="Seconds each command may run on the host.")] = 10,
+    from_file: Annotated[Path | None, typer.Option(
+        "--from", help="Walk a saved collection (run dir's triage-HOST.json, or the "
+                       "collector's own output) instead of a live host.")] = None,
+    backend: Annotated[str | None, typer.Option(
+        help="With --from: nvidia, amd, cpu, none or auto.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="With --from: GPUs the host should have.")
+                    ] = None,
+) -> None:
+    """Walk a host through device health, under-utilisation, feeding and comms; stop at the
+    first stage that explains the problem. Exit 0 clean, 1 a stage found a problem, 4 could
+    not collect or measure, 2 bad input."""
+    if from_file is not None:
+        if inventory is not None or limit is not None:
+            raise BadInput("give either --from or -i/--limit, not both", source="--from")
+        run: DiagnoseRun = replay(from_file, backend=backend, gpus=gpus)
+    else:
+        if inventory is None or limit is None:
+            raise BadInput("-i INVENTORY and --limit HOST are required (or --from FILE)",
+                           source="diagnose")
+        if backend is not None or gpus is not None:
+            raise BadInput("--backend and --gpus only apply to --from; a live host's class "
+                           "sets them", source="diagnose")
+        run = diagnose(inventory, limit, command_timeout=command_timeout)
+    if as_json:
+        print_json({"run_dir": str(run.run_dir) if run.run_dir else None,
+                    "exit_code": run.exit_code,
+                    "hosts": {w.host: w.to_dict() for w in run.walks}})
+    else:
+        for w in run.walks:
+            _print_walk(w)
+        if run.run_dir is not None:
+            console.print(f"collected evidence: {run.run_dir}")
+    if run.exit_code:
+        raise typer.Exit(run.exit_code)

@@ -1,0 +1,65 @@
+"""Ask hosts what they are actually running, and compare it with a plan's target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fleetgate.rollout.plan import Target
+from fleetgate.runner import ansible
+from fleetgate.spec.loader import repo_root
+
+PROBE_PLAYBOOK = "playbooks/rollout-probe.yml"
+
+
+def probe(inventory: Path, hosts: list[str], targets: list[Target], *,
+          runs_base: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
+    """Host -> its reported state, or None with a reason when it could not be asked."""
+    packages = sorted({p for t in targets for p in t.packages})
+    files = sorted({f for t in targets for f in t.files})
+    r = ansible.run(inventory=inventory, playbook=repo_root() / PROBE_PLAYBOOK,
+                    limit=",".join(hosts), forks=max(1, len(hosts)), runs_base=runs_base,
+                    extravars={"fleetgate_probe_packages": packages,
+                               "fleetgate_probe_files": files}, timeout=300)
+    states: dict[str, dict[str, Any] | None] = {}
+    why: dict[str, str] = {}
+    for h in hosts:
+        hr = r.hosts.get(h)
+        found = [x["hoststate"] for x in (hr.results if hr else []) if "hoststate" in x]
+        if hr is None or hr.outcome in ("failed", "unreachable") or not found:
+            states[h] = None
+            why[h] = (f"{hr.outcome}: {hr.message}" if hr else
+                      f"no answer ({r.error or 'not in the run'})")
+        else:
+            states[h] = found[-1]
+    return states, why
+
+
+def _dig(doc: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return None
+        doc = doc[part]
+    return doc
+
+
+def mismatches(target: Target, state: dict[str, Any]) -> list[str]:
+    """Each way the host differs from the target, as a readable phrase; empty means at target."""
+    out: list[str] = []
+    if target.kernel_release and state.get("kernel_release") != target.kernel_release:
+        out.append(f"kernel {state.get('kernel_release')} != {target.kernel_release}")
+    for pkg, want in target.packages.items():
+        have = (state.get("packages") or {}).get(pkg)
+        if have != want:
+            out.append(f"package {pkg} {have or 'not installed'} != {want}")
+    manifest = state.get("manifest")
+    for key, want_m in target.manifest.items():
+        have_m = _dig(manifest, key) if manifest is not None else None
+        if have_m != want_m:
+            out.append(f"manifest {key} {have_m if manifest is not None else '(no manifest)'}"
+                       f" != {want_m}")
+    for path, want_f in target.files.items():
+        have_f = (state.get("files") or {}).get(path)
+        if have_f != want_f:
+            out.append(f"{path} {have_f!r} != {want_f!r}")
+    return out

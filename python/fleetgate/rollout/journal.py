@@ -1,0 +1,287 @@
+"""The rollout journal: one SQLite database in WAL mode under the state dir.
+
+It is the controller's memory across crashes. Every host and rollout transition is committed
+*before* the action it starts and again with the action's result; every ansible-runner event
+and smoke verdict is kept, so `rollout history` replays a rollout and `rollout resume` knows
+exactly which hosts were in flight. Several processes write to it (the controller, its batch
+workers, `approve`/`abort` from an operator's shell): WAL lets readers run beside one writer,
+and the busy timeout serialises writers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetgate.runner.ansible import state_dir
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollouts(
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, inventory TEXT NOT NULL, artifact TEXT NOT NULL,
+  state TEXT NOT NULL, wave INTEGER NOT NULL DEFAULT 0, phase TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '', resumable INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts(
+  rollout_id TEXT NOT NULL, host TEXT NOT NULL, wave INTEGER NOT NULL, state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '', applies INTEGER NOT NULL DEFAULT 0,
+  updated_at REAL NOT NULL, PRIMARY KEY(rollout_id, host));
+CREATE TABLE IF NOT EXISTS events(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, ts REAL NOT NULL,
+  kind TEXT NOT NULL, host TEXT, wave INTEGER, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_rollout ON events(rollout_id, seq);
+CREATE TABLE IF NOT EXISTS batches(
+  id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, wave INTEGER NOT NULL, kind TEXT NOT NULL,
+  hosts TEXT NOT NULL, dir TEXT NOT NULL, state TEXT NOT NULL, pid INTEGER,
+  started_at REAL NOT NULL, finished_at REAL);
+CREATE TABLE IF NOT EXISTS requests(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, kind TEXT NOT NULL,
+  wave INTEGER, reason TEXT NOT NULL, by TEXT NOT NULL, ts REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS leases(
+  scope TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, pid INTEGER NOT NULL,
+  hostname TEXT NOT NULL, token TEXT NOT NULL, acquired_at REAL NOT NULL,
+  expires_at REAL NOT NULL);
+"""
+
+ROLLOUT_STATES = ("planned", "running", "soaking", "completed", "halted", "aborted")
+TERMINAL_ROLLOUT = ("completed", "halted", "aborted")
+HOST_STATES = ("pending", "draining", "applying", "verifying", "rolling_back", "healthy",
+               "failed_held", "rolled_back", "skipped")
+IN_FLIGHT = ("draining", "applying", "verifying", "rolling_back")
+TERMINAL_HOST = ("healthy", "failed_held", "rolled_back", "skipped")
+FAILED_HOST = ("failed_held", "rolled_back")
+
+
+def default_path() -> Path:
+    return state_dir() / "rollouts" / "journal.db"
+
+
+@dataclass(frozen=True)
+class RolloutRow:
+    id: str
+    name: str
+    inventory: str
+    artifact: dict[str, Any]
+    state: str
+    wave: int
+    phase: str
+    reason: str
+    resumable: bool
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host: str
+    wave: int
+    state: str
+    reason: str
+    applies: int
+    updated_at: float
+
+
+class Journal:
+    def __init__(self, path: Path | None = None):
+        self.path = path or default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        # Called after each committed event written through this handle (metrics file,
+        # webhooks): listeners see only what is already durable.
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._pending: list[dict[str, Any]] = []
+        # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE), so a
+        # read-then-write (the lease) cannot interleave with another process's write.
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a transition the controller acted on must survive a power cut, not just a crash.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._pending.clear()
+                raise
+            self._db.execute("COMMIT")
+            done, self._pending = self._pending, []
+        for event in done:
+            for listener in list(self.listeners):
+                try:
+                    listener(event)
+                except Exception as exc:  # a metrics/webhook failure must not stop a rollout
+                    self._listener_error(event, exc)
+
+    def _listener_error(self, event: dict[str, Any], exc: Exception) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO events(rollout_id, ts, kind, host, wave, data)"
+                             " VALUES (?,?,?,?,?,?)",
+                             (event["rollout_id"], time.time(), "listener_error", None, None,
+                              json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500],
+                                          "on": event["kind"]})))
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    # ---------------------------------------------------------------------------- rollouts
+
+    def create_rollout(self, rid: str, name: str, inventory: str, artifact: dict[str, Any],
+                       waves: list[list[str]]) -> None:
+        now = time.time()
+        with self.tx() as db:
+            db.execute("INSERT INTO rollouts(id, name, inventory, artifact, state, created_at,"
+                       " updated_at) VALUES (?,?,?,?,?,?,?)",
+                       (rid, name, inventory, json.dumps(artifact), "planned", now, now))
+            for k, members in enumerate(waves, start=1):
+                for h in members:
+                    db.execute("INSERT INTO hosts(rollout_id, host, wave, state, updated_at)"
+                               " VALUES (?,?,?,?,?)", (rid, h, k, "pending", now))
+            self._event(db, rid, "rollout", None, 0, {"state": "planned"})
+
+    def rollout(self, rid: str) -> RolloutRow | None:
+        rows = self.query("SELECT id, name, inventory, artifact, state, wave, phase, reason,"
+                          " resumable, created_at, updated_at FROM rollouts WHERE id=?", (rid,))
+        if not rows:
+            return None
+        r = rows[0]
+        return RolloutRow(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7],
+                          bool(r[8]), r[9], r[10])
+
+    def rollouts(self) -> list[RolloutRow]:
+        ids = [r[0] for r in self.query("SELECT id FROM rollouts ORDER BY created_at")]
+        return [r for r in (self.rollout(i) for i in ids) if r is not None]
+
+    def set_rollout(self, rid: str, state: str, *, wave: int | None = None, phase: str = "",
+                    reason: str = "", resumable: bool = False, **data: Any) -> None:
+        assert state in ROLLOUT_STATES, state
+        with self.tx() as db:
+            cur = db.execute("SELECT wave FROM rollouts WHERE id=?", (rid,)).fetchone()
+            w = cur[0] if wave is None else wave
+            db.execute("UPDATE rollouts SET state=?, wave=?, phase=?, reason=?, resumable=?,"
+                       " updated_at=? WHERE id=?",
+                       (state, w, phase, reason, int(resumable), time.time(), rid))
+            self._event(db, rid, "rollout", None, w, {"state": state, "phase": phase,
+                                                      "reason": reason, **data})
+
+    # ------------------------------------------------------------------------------- hosts
+
+    def hosts(self, rid: str) -> dict[str, HostRow]:
+        return {r[0]: HostRow(*r) for r in self.query(
+            "SELECT host, wave, state, reason, applies, updated_at FROM hosts"
+            " WHERE rollout_id=? ORDER BY wave, host", (rid,))}
+
+    def set_host(self, rid: str, host: str, state: str, reason: str = "", **data: Any) -> None:
+        self.set_hosts(rid, [host], state, reason, **data)
+
+    def set_hosts(self, rid: str, hosts: list[str], state: str, reason: str = "",
+                  **data: Any) -> None:
+        """One transition for several hosts, in one transaction (one fsync for a batch)."""
+        assert state in HOST_STATES, state
+        now = time.time()
+        with self.tx() as db:
+            for host in hosts:
+                row = db.execute("SELECT state, wave FROM hosts WHERE rollout_id=? AND host=?",
+                                 (rid, host)).fetchone()
+                db.execute("UPDATE hosts SET state=?, reason=?, updated_at=?"
+                           " WHERE rollout_id=? AND host=?", (state, reason, now, rid, host))
+                self._event(db, rid, "host", host, row[1] if row else None,
+                            {"from": row[0] if row else None, "to": state, "reason": reason,
+                             **data})
+
+    # ------------------------------------------------------------------------------ events
+
+    def _event(self, db: sqlite3.Connection, rid: str, kind: str, host: str | None,
+               wave: int | None, data: dict[str, Any]) -> None:
+        ts = time.time()
+        cur = db.execute("INSERT INTO events(rollout_id, ts, kind, host, wave, data)"
+                         " VALUES (?,?,?,?,?,?)",
+                         (rid, ts, kind, host, wave, json.dumps(data, default=str)))
+        if self.listeners:
+            self._pending.append({"seq": cur.lastrowid, "rollout_id": rid, "ts": ts,
+                                  "kind": kind, "host": host, "wave": wave, "data": data})
+
+    def event(self, rid: str, kind: str, data: dict[str, Any], *, host: str | None = None,
+              wave: int | None = None) -> None:
+        with self.tx() as db:
+            self._event(db, rid, kind, host, wave, data)
+
+    def events(self, rid: str, *, kinds: tuple[str, ...] | None = None,
+               after: int = 0) -> list[dict[str, Any]]:
+        sql = "SELECT seq, ts, kind, host, wave, data FROM events WHERE rollout_id=? AND seq>?"
+        args: tuple[Any, ...] = (rid, after)
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args += kinds
+        return [{"seq": r[0], "ts": r[1], "kind": r[2], "host": r[3], "wave": r[4],
+                 "data": json.loads(r[5])} for r in self.query(sql + " ORDER BY seq", args)]
+
+    # ----------------------------------------------------------------------------- batches
+
+    def start_batch(self, bid: str, rid: str, wave: int, kind: str, hosts: list[str],
+                    bdir: Path) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO batches(id, rollout_id, wave, kind, hosts, dir, state,"
+                       " started_at) VALUES (?,?,?,?,?,?,?,?)",
+                       (bid, rid, wave, kind, json.dumps(hosts), str(bdir), "started",
+                        time.time()))
+            self._event(db, rid, "batch", None, wave, {"batch": bid, "kind": kind,
+                                                       "hosts": hosts, "state": "started"})
+
+    def batch_spawned(self, bid: str, rid: str, pid: int) -> None:
+        """The worker exists: from here on its hosts count one more application."""
+        with self.tx() as db:
+            row = db.execute("SELECT kind, hosts, wave, pid FROM batches WHERE id=?",
+                             (bid,)).fetchone()
+            if row is None or row[3] is not None:
+                return
+            db.execute("UPDATE batches SET pid=? WHERE id=?", (pid, bid))
+            if row[0] == "apply":
+                for h in json.loads(row[1]):
+                    db.execute("UPDATE hosts SET applies=applies+1 WHERE rollout_id=? AND host=?",
+                               (rid, h))
+            self._event(db, rid, "batch", None, row[2], {"batch": bid, "state": "spawned",
+                                                         "pid": pid})
+
+    def finish_batch(self, bid: str, rid: str, wave: int, summary: dict[str, Any]) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE batches SET state='done', finished_at=? WHERE id=?",
+                       (time.time(), bid))
+            self._event(db, rid, "batch", None, wave, {"batch": bid, "state": "done", **summary})
+
+    def open_batches(self, rid: str) -> list[dict[str, Any]]:
+        return [{"id": r[0], "wave": r[1], "kind": r[2], "hosts": json.loads(r[3]),
+                 "dir": Path(r[4]), "pid": r[5]} for r in self.query(
+            "SELECT id, wave, kind, hosts, dir, pid FROM batches WHERE rollout_id=? AND"
+            " state='started' ORDER BY started_at", (rid,))]
+
+    # ---------------------------------------------------------------------------- requests
+
+    def request(self, rid: str, kind: str, reason: str, *, wave: int | None = None) -> None:
+        by = f"{os.environ.get('USER') or os.getuid()}@{os.uname().nodename}"
+        with self.tx() as db:
+            db.execute("INSERT INTO requests(rollout_id, kind, wave, reason, by, ts)"
+                       " VALUES (?,?,?,?,?,?)", (rid, kind, wave, reason, by, time.time()))
+            self._event(db, rid, kind, None, wave, {"reason": reason, "by": by})
+
+    def requests(self, rid: str, kind: str) -> list[dict[str, Any]]:
+        return [{"wave": r[0], "reason": r[1], "by": r[2], "ts": r[3]} for r in self.query(
+            "SELECT wave, reason, by, ts FROM requests WHERE rollout_id=? AND kind=?"
+            " ORDER BY id", (rid, kind))]

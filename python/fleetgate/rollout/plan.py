@@ -1,0 +1,351 @@
+"""The rollout plan: a YAML file that says what changes, where, in which order, and when to stop.
+
+Validated like a node class (strict types, unknown keys rejected, one-line errors naming the
+field). Paths to playbooks are resolved against the repository, never taken from anywhere a
+plan could smuggle a command in; extra vars are checked against the same key/value rules as
+`fleet play -e`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from fleetgate.errors import BadInput
+from fleetgate.rollout.canary import CanarySection
+from fleetgate.smoke.thresholds import CHECKS, Check
+from fleetgate.spec.loader import read_yaml, repo_root, validation_error
+from fleetgate.spec.schema import CLASS_NAME_RE, DEB_PACKAGE_RE, KERNEL_ABI_RE, PKG_VERSION_RE
+
+PLAN_NAME_RE = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# Ansible host/group patterns that reach `--limit`: the wrapper's own character class.
+PATTERN_RE = r"^[A-Za-z0-9_.:*!&\[\]-]{1,200}$"
+PLAYBOOK_RE = r"^[A-Za-z0-9_./-]{1,200}\.ya?ml$"
+VAR_KEY_RE = r"^[a-z_][a-z0-9_]{0,63}$"
+DOMAIN_KEY_RE = r"^[a-z_][a-z0-9_]{0,31}$"
+HHMM_RE = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+ABS_PATH_RE = r"^(/[A-Za-z0-9._+-]+)+$"
+# A budget: a count (2) or a share of the hosts it applies to ("10%").
+BUDGET_RE = r"^([0-9]{1,3}(\.[0-9]+)?%|[0-9]{1,6})$"
+STEP_RE = r"^[0-9]{1,3}(\.[0-9]+)?%$"
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:+~=@/ -]{0,200}$")
+
+PlanName = Annotated[str, StringConstraints(pattern=PLAN_NAME_RE)]
+Pattern = Annotated[str, StringConstraints(pattern=PATTERN_RE)]
+Playbook = Annotated[str, StringConstraints(pattern=PLAYBOOK_RE)]
+DomainKey = Annotated[str, StringConstraints(pattern=DOMAIN_KEY_RE)]
+
+
+def _at_most_100(v: str) -> str:
+    if v.endswith("%") and float(v[:-1]) > 100:
+        raise ValueError(f"{v} is over 100%")
+    return v
+
+
+Budget = (Annotated[str, StringConstraints(pattern=BUDGET_RE), AfterValidator(_at_most_100)]
+          | Annotated[int, Field(ge=0)])
+Step = Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=STEP_RE),
+                                               AfterValidator(_at_most_100)]
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
+    """Extra vars reach Ansible as data, but they also end up in templates and command lines
+    of roles: only scalars (and lists of scalars) of a conservative character set get in."""
+    def ok_scalar(v: Any) -> bool:
+        if isinstance(v, bool | int | float):
+            return True
+        return isinstance(v, str) and SAFE_VALUE_RE.fullmatch(v) is not None
+
+    for key, v in value.items():
+        if not isinstance(key, str) or not re.fullmatch(VAR_KEY_RE, key):
+            raise ValueError(f"{where} key {key!r} is not a lower-case identifier")
+        items = v if isinstance(v, list) else [v]
+        if not all(ok_scalar(i) for i in items):
+            raise ValueError(f"{where}.{key}: only numbers, booleans and strings of "
+                             "[A-Za-z0-9_.,:+~=@/ -] (or lists of them) are allowed")
+    return value
+
+
+class Target(_Strict):
+    """What a host looks like once the change (or its rollback) is in place. The controller
+    checks it after every apply and, after a crash, before trusting its own journal."""
+
+    kernel_release: Annotated[str, StringConstraints(pattern=KERNEL_ABI_RE)] | None = None
+    packages: dict[Annotated[str, StringConstraints(pattern=DEB_PACKAGE_RE)],
+                   Annotated[str, StringConstraints(pattern=PKG_VERSION_RE)]] = Field(
+        default_factory=dict)
+    # Manifest fields by dotted path, e.g. {"class_version": 2, "kernel.abi": "6.1.0-57"}.
+    manifest: dict[Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_.]{0,99}$")],
+                   str | int | bool] = Field(default_factory=dict)
+    # Small version files, e.g. {"/etc/fleetgate/image-version": "2"}; compared stripped.
+    files: dict[Annotated[str, StringConstraints(pattern=ABS_PATH_RE)],
+                Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+~-]{0,100}$")]] = (
+        Field(default_factory=dict))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.kernel_release or self.packages or self.manifest or self.files)
+
+
+class Change(_Strict):
+    playbook: Playbook
+    extra_vars: dict[str, Any] = Field(default_factory=dict)
+    # A node-class directory for this run only: how a new class version (a new golden image's
+    # pins) reaches the hosts of one batch while the inventory still says the old one.
+    classes: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]{1,200}$")] | None = None
+    target: Target = Field(default_factory=Target)
+    timeout_s: Annotated[int, Field(ge=10, le=86400)] = 3600
+
+    @model_validator(mode="after")
+    def _vars(self) -> Change:
+        _check_vars(self.extra_vars, "extra_vars")
+        return self
+
+
+class Targets(_Strict):
+    inventory: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./~-]{1,300}$")]
+    node_class: Annotated[str, StringConstraints(pattern=CLASS_NAME_RE)] | None = Field(
+        default=None, alias="class")
+    patterns: list[Pattern] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class Waves(_Strict):
+    """Either inventory pools in order (`pools`), or generated cumulative steps (`steps`):
+    [1, 2, "25%", "100%"] means 1 host, then 2 in total, then a quarter, then the rest."""
+
+    pools: list[Pattern] | None = None
+    steps: list[Step] | None = None
+    diversity: list[DomainKey] = Field(default_factory=lambda: ["zone", "rack"])
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Waves:
+        if (self.pools is None) == (self.steps is None):
+            raise ValueError("give exactly one of pools or steps")
+        if self.pools is not None and (not self.pools or len(set(self.pools)) != len(self.pools)):
+            raise ValueError("pools must be a non-empty list without repeats")
+        if self.steps is not None and not self.steps:
+            raise ValueError("steps must not be empty")
+        return self
+
+
+class BudgetRule(_Strict):
+    """`max_failed` failures are tolerated; one more halts the rollout (halt when failed >
+    max_failed). Percentages are of the hosts the rule covers, rounded down."""
+
+    max_failed: Budget = 0
+
+
+class DomainBudget(BudgetRule):
+    key: DomainKey = "rack"
+
+
+class Budgets(_Strict):
+    per_wave: BudgetRule = Field(default_factory=BudgetRule)
+    total: BudgetRule = Field(default_factory=BudgetRule)
+    per_domain: DomainBudget | None = None
+
+
+class Inconclusive(_Strict):
+    policy: Literal["halt", "retry"] = "halt"
+    retries: Annotated[int, Field(ge=0, le=10)] = 2
+
+
+class Gates(_Strict):
+    checks: list[Check] = Field(default_factory=lambda: list[Check](["discovery", "stack"]))
+    # Re-measure a failed gate this many times before believing it (a flaky probe).
+    retries: Annotated[int, Field(ge=0, le=5)] = 0
+    inconclusive: Inconclusive = Field(default_factory=Inconclusive)
+    # Relative thresholds against hosts of later waves (same class, still on the old
+    # version), measured before each wave; 0 = absolute thresholds and fleet median only.
+    baseline_hosts: Annotated[int, Field(ge=0, le=50)] = 0
+
+    @model_validator(mode="after")
+    def _unique(self) -> Gates:
+        if len(set(self.checks)) != len(self.checks):
+            raise ValueError("checks must not repeat")
+        return self
+
+
+class Soak(_Strict):
+    seconds: Annotated[int, Field(ge=0, le=7 * 86400)] = 0
+    rerun_smoke: bool = True
+
+
+class Window(_Strict):
+    """Maintenance window: no host starts outside it; a host already started finishes."""
+
+    start: Annotated[str, StringConstraints(pattern=HHMM_RE)]
+    end: Annotated[str, StringConstraints(pattern=HHMM_RE)]
+    days: list[Weekday] = Field(default_factory=lambda: list(WEEKDAYS))
+    timezone: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_+/-]{1,64}$")] = "UTC"
+    when_closed: Literal["wait", "halt"] = "wait"
+
+    @model_validator(mode="after")
+    def _tz(self) -> Window:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {self.timezone!r}") from None
+        if self.start == self.end:
+            raise ValueError("start and end are equal; omit the window for always-open")
+        return self
+
+    def is_open(self, now: dt.datetime) -> bool:
+        import zoneinfo
+
+        local = now.astimezone(zoneinfo.ZoneInfo(self.timezone))
+        hm = local.strftime("%H:%M")
+        day = WEEKDAYS[local.weekday()]
+        if self.start < self.end:
+            return day in self.days and self.start <= hm < self.end
+        # Over midnight: the part after midnight belongs to the window that opened the day before.
+        if hm >= self.start:
+            return day in self.days
+        prev = WEEKDAYS[(local.weekday() - 1) % 7]
+        return hm < self.end and prev in self.days
+
+
+class Approvals(_Strict):
+    before_waves: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+
+
+class Drain(_Strict):
+    drain_playbook: Playbook = "playbooks/drain.yml"
+    undrain_playbook: Playbook = "playbooks/undrain.yml"
+
+
+class Rollback(Change):
+    """The way back: its target is the old version, checked like the change's."""
+
+
+class RolloutPlan(_Strict):
+    name: PlanName
+    description: str = ""
+    change: Change
+    rollback: Rollback | None = None
+    targets: Targets
+    waves: Waves
+    concurrency: Annotated[int, Field(ge=1, le=500)] = 5
+    budgets: Budgets = Field(default_factory=Budgets)
+    gates: Gates = Field(default_factory=Gates)
+    soak: Soak = Field(default_factory=Soak)
+    window: Window | None = None
+    on_failure: Literal["halt", "rollback"] = "halt"
+    approvals: Approvals = Field(default_factory=Approvals)
+    drain: Drain | None = None
+    # Canary analysis: canaries' smoke metrics against baseline hosts (or themselves before
+    # the change), judged per metric; see rollout/canary.py.
+    canary: CanarySection | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RolloutPlan:
+        if self.on_failure == "rollback" and self.rollback is None:
+            raise ValueError("on_failure is rollback but the plan has no rollback section")
+        if self.canary is not None:
+            unknown = sorted({m.name.split(".", 1)[0] for m in self.canary.metrics}
+                             - set(CHECKS))
+            if unknown:
+                raise ValueError(f"canary metrics name CHECK.FIELD; unknown check "
+                                 f"{', '.join(unknown)} (known: {', '.join(CHECKS)})")
+            if self.canary.mode == "baseline" and self.gates.baseline_hosts < 1:
+                raise ValueError("canary analysis against a baseline needs "
+                                 "gates.baseline_hosts >= 1")
+        return self
+
+
+def playbook_path(rel: str, *, source: Path, field: str) -> Path:
+    """A playbook named by a plan must live inside the repository's playbooks/ (or examples/):
+    the plan cannot point the controller at an arbitrary file."""
+    root = repo_root()
+    p = (root / rel).resolve()
+    allowed = [(root / "playbooks").resolve(), (root / "examples").resolve()]
+    if ".." in Path(rel).parts or not any(p.is_relative_to(a) for a in allowed):
+        raise BadInput("must be a playbook under playbooks/ or examples/ of the repository",
+                       source=source, field=field)
+    if not p.is_file():
+        raise BadInput(f"no such playbook {rel}", source=source, field=field)
+    return p
+
+
+def classes_path(rel: str, *, source: Path | None = None, field: str = "classes") -> Path:
+    """A class directory named by a plan: inside the repository, and every class in it valid."""
+    from fleetgate.spec.loader import class_files, load_all
+
+    root = repo_root()
+    p = (root / rel).resolve()
+    if ".." in Path(rel).parts or not p.is_relative_to(root) or not p.is_dir():
+        raise BadInput("must be a directory of node classes inside the repository",
+                       source=source, field=field)
+    load_all(class_files([p]))  # a broken class is bad input now, not an Ansible error later
+    return p
+
+
+def load_plan(path: Path) -> RolloutPlan:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise BadInput("a rollout plan must be a YAML mapping", source=path, field="(top level)")
+    try:
+        plan = RolloutPlan.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path) from None
+    playbook_path(plan.change.playbook, source=path, field="change.playbook")
+    if plan.change.classes is not None:
+        classes_path(plan.change.classes, source=path, field="change.classes")
+    if plan.rollback is not None:
+        playbook_path(plan.rollback.playbook, source=path, field="rollback.playbook")
+        if plan.rollback.classes is not None:
+            classes_path(plan.rollback.classes, source=path, field="rollback.classes")
+    if plan.drain is not None:
+        playbook_path(plan.drain.drain_playbook, source=path, field="drain.drain_playbook")
+        playbook_path(plan.drain.undrain_playbook, source=path, field="drain.undrain_playbook")
+    return plan
+
+
+def inventory_path(plan: RolloutPlan, plan_file: Path, override: Path | None) -> Path:
+    """`-i` wins; otherwise the plan's inventory, relative to the plan file."""
+    if override is not None:
+        p = override
+    else:
+        raw = Path(plan.targets.inventory).expanduser()
+        p = raw if raw.is_absolute() else plan_file.parent / raw
+    if not p.is_file():
+        raise BadInput("no such inventory file", source=str(p),
+                       field=None if override else "targets.inventory")
+    return p.resolve()
+
+
+def budget_count(rule: Budget, covered: int) -> int:
+    """A budget as a count of tolerated failures among `covered` hosts."""
+    if isinstance(rule, int):
+        return rule
+    if rule.endswith("%"):
+        return int(float(rule[:-1]) * covered // 100)
+    return int(rule)
+
+
+def describe_budget(rule: Budget, covered: int) -> str:
+    n = budget_count(rule, covered)
+    shown = f"{rule} of {covered} = {n}" if isinstance(rule, str) and rule.endswith("%") else str(n)
+    return f"tolerates {shown} failed; halts when failed > {n}"

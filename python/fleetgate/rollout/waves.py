@@ -1,0 +1,192 @@
+"""Which host goes in which wave: inventory pools in order, or cumulative steps spread across
+failure domains, so that an early wave sees every rack/zone it can and a bad change shows up
+before it has reached a whole domain.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetgate.errors import BadInput
+from fleetgate.rollout.plan import RolloutPlan, Waves
+from fleetgate.smoke.model import plain_ansible_json
+from fleetgate.smoke.runner import ansible_env
+
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+DOMAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    node_class: str | None
+    domains: dict[str, str]
+    groups: tuple[str, ...] = ()
+
+
+@dataclass
+class Assignment:
+    waves: list[list[str]]
+    hosts: dict[str, Host]
+    notes: list[str] = field(default_factory=list)
+
+    def wave_of(self, host: str) -> int:
+        for i, members in enumerate(self.waves, start=1):
+            if host in members:
+                return i
+        raise KeyError(host)
+
+
+def _ansible_inventory(inventory: Path, limit: str | None) -> dict[str, Any]:
+    argv = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory), "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ansible_env(),
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise BadInput("ansible-inventory did not answer in 120s", source=str(inventory)) from None
+    if proc.returncode != 0:
+        tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
+        raise BadInput(f"ansible-inventory failed: {tail}", source=str(inventory))
+    try:
+        doc: dict[str, Any] = plain_ansible_json(json.loads(proc.stdout))
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"ansible-inventory printed no JSON: {exc}", source=str(inventory)) from None
+    return doc
+
+
+def _members(doc: dict[str, Any], group: str, seen: set[str] | None = None) -> set[str]:
+    seen = seen if seen is not None else set()
+    if group in seen:
+        return set()
+    seen.add(group)
+    entry = doc.get(group) or {}
+    out = set(entry.get("hosts") or [])
+    for child in entry.get("children") or []:
+        out |= _members(doc, child, seen)
+    return out
+
+
+def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
+    """Hosts the plan targets, with their class and failure-domain values, as Ansible sees them
+    (vars plugins included). Every name and domain value is checked before it can reach a
+    command line as a `--limit`."""
+    limit = ":".join(plan.targets.patterns) or None
+    doc = _ansible_inventory(inventory, limit)
+    hostvars = doc.get("_meta", {}).get("hostvars", {})
+    groups_of: dict[str, list[str]] = {}
+    for group in doc:
+        if group == "_meta":
+            continue
+        for h in _members(doc, group):
+            groups_of.setdefault(h, []).append(group)
+    keys = set(plan.waves.diversity)
+    if plan.budgets.per_domain is not None:
+        keys.add(plan.budgets.per_domain.key)
+    hosts: dict[str, Host] = {}
+    for name in sorted(hostvars):
+        if not HOST_RE.fullmatch(name):
+            raise BadInput("host name has characters outside [A-Za-z0-9_.-]", source=str(inventory),
+                           field=f"hosts.{name!r}")
+        hv = hostvars[name] or {}
+        cls = hv.get("fleetgate_class")
+        if plan.targets.node_class is not None and cls != plan.targets.node_class:
+            continue
+        domains: dict[str, str] = {}
+        for k in sorted(keys):
+            v = str(hv.get(k, ""))
+            if not DOMAIN_VALUE_RE.fullmatch(v):
+                raise BadInput("failure-domain value has characters outside [A-Za-z0-9_.-]",
+                               source=str(inventory), field=f"hosts.{name}.{k}")
+            domains[k] = v
+        hosts[name] = Host(name, str(cls) if cls else None, domains,
+                           tuple(sorted(groups_of.get(name, []))))
+    if not hosts:
+        what = f"class {plan.targets.node_class}" if plan.targets.node_class else "the plan"
+        raise BadInput(f"no host matches {what}" + (f" within {limit}" if limit else ""),
+                       source=str(inventory), field="targets")
+    return hosts
+
+
+def assign(plan_waves: Waves, hosts: dict[str, Host]) -> Assignment:
+    if plan_waves.pools is not None:
+        return _by_pools(plan_waves.pools, hosts)
+    assert plan_waves.steps is not None
+    return _by_steps(plan_waves.steps, plan_waves.diversity, hosts)
+
+
+def _by_pools(pools: list[str], hosts: dict[str, Host]) -> Assignment:
+    waves: list[list[str]] = []
+    placed: dict[str, str] = {}
+    for pool in pools:
+        members = sorted(h for h, hv in hosts.items() if pool in hv.groups)
+        twice = [f"{h} ({placed[h]} and {pool})" for h in members if h in placed]
+        if twice:
+            raise BadInput(f"a host is in exactly one wave; in two pools: {', '.join(twice)}",
+                           field="waves.pools")
+        if not members:
+            raise BadInput(f"pool {pool} has no targeted host", field="waves.pools")
+        for h in members:
+            placed[h] = pool
+        waves.append(members)
+    left = sorted(set(hosts) - set(placed))
+    if left:
+        raise BadInput(f"targeted hosts in no pool: {', '.join(left)}", field="waves.pools")
+    return Assignment(waves, hosts)
+
+
+def step_sizes(steps: list[int | str], total: int) -> tuple[list[int], list[str]]:
+    """Cumulative step targets -> per-wave sizes. A step that adds no host is dropped (and
+    said so); whatever the last step leaves becomes a final wave."""
+    sizes: list[int] = []
+    notes: list[str] = []
+    done = 0
+    for s in steps:
+        want = (math.ceil(float(s[:-1]) * total / 100) if isinstance(s, str) else int(s))
+        want = min(want, total)
+        if want <= done:
+            notes.append(f"step {s!r} adds no host at {total} hosts ({done} already), dropped")
+            continue
+        sizes.append(want - done)
+        done = want
+    if done < total:
+        notes.append(f"the steps cover {done} of {total} hosts; the rest form a last wave")
+        sizes.append(total - done)
+    return sizes, notes
+
+
+def _by_steps(steps: list[int | str], keys: list[str], hosts: dict[str, Host]) -> Assignment:
+    sizes, notes = step_sizes(steps, len(hosts))
+    # Hosts with the same domain values are interchangeable for diversity: choose among
+    # groups (a few hundred racks), not hosts (tens of thousands).
+    groups: dict[tuple[str, ...], deque[str]] = {}
+    for h in sorted(hosts):
+        groups.setdefault(tuple(hosts[h].domains.get(k, "") for k in keys), deque()).append(h)
+    waves: list[list[str]] = []
+    for size in sizes:
+        if size >= sum(len(q) for q in groups.values()):  # the last wave: everyone left
+            waves.append(sorted(h for q in groups.values() for h in q))
+            break
+        wave: list[str] = []
+        covered: list[set[str]] = [set() for _ in keys]
+        for _ in range(size):
+            # The group that brings the most not-yet-covered values, coarser keys first
+            # (zone before rack); ties go to the smallest host name, for a stable plan.
+            best = max((g for g in groups if groups[g]), key=lambda g: (
+                tuple(g[i] not in covered[i] for i in range(len(keys))),
+                [-ord(c) for c in groups[g][0]]))
+            host = groups[best].popleft()
+            for i, value in enumerate(best):
+                covered[i].add(value)
+            wave.append(host)
+        waves.append(sorted(wave))
+    return Assignment(waves, hosts, notes)
