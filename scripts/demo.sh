@@ -1,26 +1,86 @@
 #!/usr/bin/env bash
-# The lab demo: bring up a real local fleet, validate every node class, reach every host
-# through ansible-runner, print what each host runs, and take the fleet down again.
+# The lab demo: two real rollouts from examples/, each on its own local lab fleet, at once.
+#   1. kernel security update on lab VMs, 6.1.0-55 -> 6.1.0-57: canary, then the rest; every
+#      host reboots into the new kernel and passes the smoke gates; the rollout completes.
+#   2. a bad golden image on lab containers: lab-cpu version 2 swaps OpenBLAS for the
+#      reference BLAS. Nothing fails functionally, GEMM collapses, the canary analysis fails
+#      it against hosts still on version 1, the rollout halts by itself, the canary is rolled
+#      back and re-verified, and the later waves are never touched.
+# It prints a summary and the paths of both HTML reports. Exit 0 when both rollouts ended as
+# described (completed, halted), 1 otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FG=.venv/bin/fleetgate
-export FLEETGATE_LAB_DIR=${FLEETGATE_LAB_DIR:-$PWD/.fleetgate/demo-lab}
-CONTAINERS=${DEMO_CONTAINERS:-4}
-VMS=${DEMO_VMS:-1}
+FG=$PWD/.venv/bin/fleetgate
+export FLEETGATE_STATE_DIR=${FLEETGATE_STATE_DIR:-$PWD/.fleetgate/demo}
+VM_LAB=$FLEETGATE_STATE_DIR/vm-lab
+CT_LAB=$FLEETGATE_STATE_DIR/ct-lab
+OUT=$FLEETGATE_STATE_DIR/out
+VMS=${DEMO_VMS:-2}
+CONTAINERS=${DEMO_CONTAINERS:-5}
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+KERNEL_ID=demo-kernel-$STAMP
+BLAS_ID=demo-bad-blas-$STAMP
+mkdir -p "$OUT"
 
-cleanup() { "$FG" lab down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+down() { FLEETGATE_LAB_DIR=$VM_LAB "$FG" lab down >/dev/null 2>&1 || true
+         FLEETGATE_LAB_DIR=$CT_LAB "$FG" lab down >/dev/null 2>&1 || true; }
+trap down EXIT
+down
 
 echo "== validate node classes (schema + compatibility matrix)"
-"$FG" spec validate
-echo "== lab up: $CONTAINERS container host(s), $VMS VM host(s)"
-"$FG" lab down >/dev/null 2>&1 || true
-"$FG" lab up --containers "$CONTAINERS" --vms "$VMS"
-inventory=$("$FG" lab inventory)
-echo "== ping every host through ansible-runner"
-"$FG" fleet ping -i "$inventory"
-echo "== what every host runs"
-"$FG" fleet facts -i "$inventory"
-echo "== lab down"
-"$FG" lab down
-trap - EXIT
+"$FG" spec validate >/dev/null && echo "all classes valid"
+
+kernel_rollout() {
+  export FLEETGATE_LAB_DIR=$VM_LAB
+  "$FG" lab up --containers 0 --vms "$VMS"
+  # The class first: vpoll built by DKMS for 55, smoke probes, the manifest.
+  "$FG" fleet play apply-class -i "$VM_LAB/inventory.yml" >/dev/null
+  "$FG" rollout plan examples/kernel-update/rollout.yml -i "$VM_LAB/inventory.yml" \
+    -o "$OUT/kernel.plan.json"
+  "$FG" rollout start "$OUT/kernel.plan.json" --id "$KERNEL_ID" \
+    --metrics-file "$OUT/kernel.prom"
+}
+
+blas_rollout() {
+  export FLEETGATE_LAB_DIR=$CT_LAB
+  "$FG" lab up --containers "$CONTAINERS"
+  # Version 1 everywhere: OpenBLAS behind libblas.so.3.
+  "$FG" fleet play apply-class -i "$CT_LAB/inventory.yml" >/dev/null
+  "$FG" rollout plan examples/bad-blas/rollout.yml -i "$CT_LAB/inventory.yml" \
+    -o "$OUT/bad-blas.plan.json"
+  "$FG" rollout start "$OUT/bad-blas.plan.json" --id "$BLAS_ID" \
+    --metrics-file "$OUT/bad-blas.prom"
+}
+
+echo "== two rollouts at once: kernel update on $VMS VM(s), lab-cpu v2 on $CONTAINERS containers"
+echo "   logs: $OUT/kernel.log, $OUT/bad-blas.log"
+started=$SECONDS
+set +e
+kernel_rollout >"$OUT/kernel.log" 2>&1 &
+kpid=$!
+blas_rollout >"$OUT/bad-blas.log" 2>&1 &
+bpid=$!
+wait $bpid; brc=$?
+echo "   bad-BLAS rollout ended (exit $brc) after $((SECONDS - started))s"
+wait $kpid; krc=$?
+echo "   kernel rollout ended (exit $krc) after $((SECONDS - started))s"
+set -e
+
+for id in "$KERNEL_ID" "$BLAS_ID"; do
+  "$FG" rollout report "$id" --html "$OUT/$id.html" --md "$OUT/$id.md" >/dev/null 2>&1 || true
+done
+
+echo
+echo "== kernel security update ($KERNEL_ID): expected completed"
+"$FG" rollout status "$KERNEL_ID" 2>/dev/null || tail -20 "$OUT/kernel.log"
+echo
+echo "== bad golden image ($BLAS_ID): expected halted, canary rolled back"
+"$FG" rollout status "$BLAS_ID" 2>/dev/null || tail -20 "$OUT/bad-blas.log"
+"$FG" rollout explain "$BLAS_ID" --wave 1 2>/dev/null || true
+echo
+echo "reports:"
+echo "  $OUT/$KERNEL_ID.html"
+echo "  $OUT/$BLAS_ID.html"
+echo "demo took $((SECONDS - started))s"
+# 0 = completed for the kernel rollout; 10 = halted for the bad image, as intended.
+[[ $krc -eq 0 && $brc -eq 10 ]]

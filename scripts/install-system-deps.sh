@@ -11,6 +11,7 @@ PACKAGES=(
   packer                                                       # golden images
   openssh-client util-linux                                    # ssh to hosts, nsenter for faults
   python3 python3-venv git make                                # the controller itself
+  chromium                                                     # renders rollout reports in tests
 )
 
 missing=()

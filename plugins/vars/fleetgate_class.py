@@ -42,6 +42,10 @@ _CACHE: dict[tuple[str, float], dict[str, Any]] = {}
 
 
 def _classes_dir(plugin_file: str) -> Path:
+    # A rollout of a new class version points one run at that version's directory.
+    override = os.environ.get("FLEETGATE_CLASSES_DIR")
+    if override:
+        return Path(override)
     env = os.environ.get("FLEETGATE_HOME")
     root = Path(env) if env else Path(plugin_file).resolve().parents[2]
     return root / "inventory" / "classes"

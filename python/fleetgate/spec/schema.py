@@ -129,6 +129,9 @@ class RuntimeSpec(_Strict):
 class UserlandSpec(_Strict):
     cuda: DottedVersion | None = None
     rocm: DottedVersion | None = None
+    # Which BLAS backs Debian's libblas.so.3 alternative (numpy, scipy and friends link it):
+    # a silent swap to the reference BLAS is a 20x GEMM cliff that no functional test sees.
+    blas: Literal["openblas", "reference"] | None = None
 
 
 class AcceleratorSpec(_Strict):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -276,6 +277,12 @@ def _str(**kw: object) -> dict[str, object]:
 
 ARGUMENT_SPEC: dict[str, dict[str, object]] = {
     "class_name": _str(required=True),
+    "class_version": {"type": "int"},
+    "userland": {"type": "dict", "default": {}, "options": {
+        "blas": _str(choices=["openblas", "reference"]),
+        "cuda": _str(),
+        "rocm": _str(),
+    }},
     "kernel": {"type": "dict", "required": True, "options": {
         "abi": _str(required=True),
         "package_version": _str(required=True),
@@ -597,12 +604,29 @@ def runtime_packages(runtime: Json, engine_packages: dict[str, str]) -> dict[str
     return pins
 
 
+def blas_provider() -> str | None:
+    """openblas, reference, or the raw target of the libblas.so.3 alternative (None: none)."""
+    links = sorted(glob.glob("/etc/alternatives/libblas.so.3-*"))
+    target = os.path.realpath(links[0]) if links else ""
+    if not target or not os.path.exists(target):
+        return None
+    if "openblas" in target:
+        return "openblas"
+    if target.endswith("/blas/libblas.so.3"):
+        return "reference"
+    return target
+
+
 def compute_drift(expected: Json, verified: Json, pins: dict[str, str | None],
                   check_running: bool) -> list[dict[str, object]]:
     drift: list[dict[str, object]] = []
 
     def add(field: str, want: object, have: object) -> None:
         drift.append({"field": field, "expected": want, "actual": have})
+
+    want_blas = (expected.get("userland") or {}).get("blas")
+    if want_blas and verified.get("userland", {}).get("blas") != want_blas:
+        add("verified.userland.blas", want_blas, verified["userland"]["blas"])
 
     abi = expected["kernel"]["abi"]
     kernel = verified["kernel"]
@@ -652,6 +676,7 @@ def build(module: AnsibleModule) -> Json:
         "dkms": [{"name": m["name"], "version": m["version"]} for m in p["dkms"]],
         "runtime": runtime,
         "accelerator": accelerator,
+        "userland": {"blas": (p["userland"] or {}).get("blas")},
     }
     pins: dict[str, str | None] = dict.fromkeys(driver.get("packages") or [],
                                                 driver.get("version"))
@@ -672,11 +697,13 @@ def build(module: AnsibleModule) -> Json:
         "packages": {pkg: versions[pkg] for pkg in pins},
         "dkms": parse_dkms_status(dkms_out) if dkms_out else [],
         "modinfo": modinfo_versions(host, abi, [m["name"] for m in p["dkms"]]),
+        "userland": {"blas": blas_provider()},
     }
     installed_runtime = [f"{pkg}={versions[pkg]}" for pkg in runtime_pins if versions[pkg]]
     manifest = {
         "schema": SCHEMA,
         "class": p["class_name"],
+        "class_version": p["class_version"],
         "expected": expected,
         "verified": verified,
         "package_list_sha256": package_list_sha256(host),
