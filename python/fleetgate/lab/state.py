@@ -13,7 +13,8 @@ from fleetgate.errors import BadInput
 
 HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 HostName = Annotated[str, StringConstraints(pattern=HOST_NAME_RE)]
-FaultKind = Literal["stop", "throttle-cpu", "cut-network", "hang-probe"]
+FaultKind = Literal["stop", "throttle-cpu", "cut-network", "hang-probe", "nccl-bad-nic",
+                    "drift-package"]
 
 
 class LabHost(BaseModel):
