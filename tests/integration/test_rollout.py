@@ -63,6 +63,18 @@ class Lab(LabHandle):
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
 
+    def wait_phase(self, rid: str, phase: str, proc: subprocess.Popen[str],
+                   timeout: float = 180) -> None:
+        """Until the controller in `proc` reports `phase` (the rollout may not exist yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.rollout("status", rid, "--json")
+            if got.returncode == 0 and json.loads(got.stdout)["phase"] == phase:
+                return
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"{rid} never reached {phase!r}"
+            time.sleep(1)
+
     def popen(self, *args: str) -> subprocess.Popen[str]:
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **self.env}
         return subprocess.Popen([str(FLEETGATE), "rollout", *args], stdout=subprocess.PIPE,
@@ -209,11 +221,7 @@ def test_second_controller_is_refused_and_a_dead_ones_lease_is_taken_over(lab: L
     plan = lab.plan("lease", approvals={"before_waves": [2]})
     first = lab.popen("start", str(plan), "--id", "lease-1")
     try:
-        deadline = time.monotonic() + 120
-        while lab.status("lease-1")["phase"] != "awaiting approval":
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(1)
+        lab.wait_phase("lease-1", "awaiting approval", first)
         again = lab.rollout("resume", "lease-1")
         assert again.returncode == EXIT["lease"], again.stderr
         assert f"pid {first.pid}" in again.stderr
@@ -276,10 +284,7 @@ def test_kill_9_at_random_points_then_resume_applies_each_host_exactly_once(lab:
 def test_sigterm_halts_at_a_safe_point_and_abort_skips_the_rest(lab: Lab) -> None:
     plan = lab.plan("interrupt", approvals={"before_waves": [2]})
     proc = lab.popen("start", str(plan), "--id", "interrupt-1")
-    deadline = time.monotonic() + 120
-    while lab.status("interrupt-1")["phase"] != "awaiting approval":
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(1)
+    lab.wait_phase("interrupt-1", "awaiting approval", proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == EXIT["halted"], out[-1500:] + err

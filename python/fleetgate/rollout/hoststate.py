@@ -20,7 +20,10 @@ def probe(inventory: Path, hosts: list[str], targets: list[Target], *,
     r = ansible.run(inventory=inventory, playbook=repo_root() / PROBE_PLAYBOOK,
                     limit=",".join(hosts), forks=max(1, len(hosts)), runs_base=runs_base,
                     extravars={"fleetgate_probe_packages": packages,
-                               "fleetgate_probe_files": files}, timeout=300)
+                               "fleetgate_probe_files": files}, timeout=300,
+                    # Read-only and short: let it finish; the controller's own signal
+                    # handlers stay in place and stop the rollout at its next safe point.
+                    cancel=lambda: False)
     states: dict[str, dict[str, Any] | None] = {}
     why: dict[str, str] = {}
     for h in hosts:

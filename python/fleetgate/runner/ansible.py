@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -123,7 +125,11 @@ def run(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     timeout: int | None = None,
     env: Mapping[str, str] | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> RunResult:
+    """One ansible-runner run. `cancel` is polled to stop the run early; without it,
+    ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's handlers are put
+    back afterwards (ansible-runner installs its own and never restores them)."""
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
     inv = validate_inventory(inventory)
@@ -163,7 +169,15 @@ def run(
             kwargs["playbook"] = str(playbook.resolve())
         else:
             kwargs.update(module=module, module_args=module_args, host_pattern="all")
-        r = ansible_runner.run(**kwargs)
+        if cancel is not None:
+            kwargs["cancel_callback"] = cancel
+        saved = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+                 if threading.current_thread() is threading.main_thread() else {})
+        try:
+            r = ansible_runner.run(**kwargs)
+        finally:
+            for sig, prev in saved.items():
+                signal.signal(sig, prev)
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
     # ends with an error event after the recap.

@@ -612,7 +612,8 @@ def blas_provider() -> str | None:
         return None
     if "openblas" in target:
         return "openblas"
-    if target.endswith("/blas/libblas.so.3"):
+    # The reference BLAS resolves to its versioned file, e.g. blas/libblas.so.3.11.0.
+    if re.search(r"/blas/libblas\.so\.3(\.[0-9.]+)?$", target):
         return "reference"
     return target
 
