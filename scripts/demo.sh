@@ -31,6 +31,7 @@ echo "== validate node classes (schema + compatibility matrix)"
 "$FG" spec validate >/dev/null && echo "all classes valid"
 
 kernel_rollout() {
+  set -euo pipefail  # a background job inherits the caller's `set +e`
   export FLEETGATE_LAB_DIR=$VM_LAB
   "$FG" lab up --containers 0 --vms "$VMS"
   # The class first: vpoll built by DKMS for 55, smoke probes, the manifest.
@@ -42,6 +43,7 @@ kernel_rollout() {
 }
 
 blas_rollout() {
+  set -euo pipefail
   export FLEETGATE_LAB_DIR=$CT_LAB
   "$FG" lab up --containers "$CONTAINERS"
   # Version 1 everywhere: OpenBLAS behind libblas.so.3.

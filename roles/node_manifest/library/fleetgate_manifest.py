@@ -279,7 +279,9 @@ ARGUMENT_SPEC: dict[str, dict[str, object]] = {
     "class_name": _str(required=True),
     "class_version": {"type": "int"},
     "userland": {"type": "dict", "default": {}, "options": {
-        "blas": _str(choices=["openblas", "reference"]),
+        # No choices here: a class without a BLAS pin reaches the module as null, or as the
+        # string "None" when include_role templates the dict; expected_blas() sorts it out.
+        "blas": _str(),
         "cuda": _str(),
         "rocm": _str(),
     }},
@@ -604,6 +606,15 @@ def runtime_packages(runtime: Json, engine_packages: dict[str, str]) -> dict[str
     return pins
 
 
+def expected_blas(module: AnsibleModule) -> str | None:
+    value = (module.params["userland"] or {}).get("blas")
+    if value in (None, "", "None", "none", "null"):
+        return None
+    if value not in ("openblas", "reference"):
+        module.fail_json(msg=f"userland.blas must be openblas or reference, got {value!r}")
+    return str(value)
+
+
 def blas_provider() -> str | None:
     """openblas, reference, or the raw target of the libblas.so.3 alternative (None: none)."""
     links = sorted(glob.glob("/etc/alternatives/libblas.so.3-*"))
@@ -677,7 +688,7 @@ def build(module: AnsibleModule) -> Json:
         "dkms": [{"name": m["name"], "version": m["version"]} for m in p["dkms"]],
         "runtime": runtime,
         "accelerator": accelerator,
-        "userland": {"blas": (p["userland"] or {}).get("blas")},
+        "userland": {"blas": expected_blas(module)},
     }
     pins: dict[str, str | None] = dict.fromkeys(driver.get("packages") or [],
                                                 driver.get("version"))
