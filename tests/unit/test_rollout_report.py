@@ -13,6 +13,7 @@ import re
 import sqlite3
 import stat
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -444,6 +445,11 @@ def test_webhook_triggers_and_payload(fresh: Journal, hook: Hook) -> None:
     n = notifier(fresh, hook.url)
     fresh.set_rollout(RID, "running", wave=3, phase="awaiting approval")  # not a trigger
     fresh.event(RID, "approval_needed", {"wave": 3}, wave=3)
+    # Sends run on a background thread and build their payload at send time: let the first
+    # one go before the journal moves on, so its snapshot is the awaiting-approval one.
+    deadline = time.monotonic() + 20
+    while not hook.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
     fresh.set_host(RID, "gpu-b01", "rolled_back", "canary failed; rolled back")
     fresh.set_rollout(RID, "completed")
     n.close()

@@ -382,9 +382,17 @@ class Controller:
             want |= set(canary_gate.checks_for(self.plan.canary))
         return [c for c in ("discovery", "stack", "gemm", "comms", "inference") if c in want]
 
+    def _classes_for(self, label: str) -> Path | None:
+        """The class version a measurement judges against: the change's for changed hosts,
+        the rollback's after a rollback, the inventory's for baseline and before-samples."""
+        rel = (self.plan.change.classes if label in ("verify", "canary", "soak")
+               else self.plan.rollback.classes if label == "rollback-verify" and self.plan.rollback
+               else None)
+        return repo_root() / rel if rel else None
+
     def _smoke(self, hosts: list[str], k: int, *, label: str,
                checks: Sequence[str] | None = None) -> Any:
-        run = run_smoke(self.inventory, limit=",".join(hosts),
+        run = run_smoke(self.inventory, limit=",".join(hosts), classes=self._classes_for(label),
                         only=checks or list(self.plan.gates.checks),
                         baseline=self.baseline, forks=max(1, len(hosts)),
                         runs_base=self.dir / "runs")

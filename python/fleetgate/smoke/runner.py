@@ -82,19 +82,20 @@ def select_hosts(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]
     return dict(sorted(hostvars.items()))
 
 
-def _class_of(hv: dict[str, Any], cache: dict[str, tuple[NodeClass, Plan]]
-              ) -> tuple[NodeClass, Plan] | None:
+def _class_of(hv: dict[str, Any], cache: dict[str, tuple[NodeClass, Plan]],
+              classes: Path | None = None) -> tuple[NodeClass, Plan] | None:
     name = hv.get("fleetgate_class")
     if not name:
         return None
     if name not in cache:
-        _, nc = resolve_class(str(name))
+        _, nc = resolve_class(str(name), classes)
         cache[name] = (nc, resolve(nc))
     return cache[name]
 
 
 def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
-              budget_s: float, probes_dir: str) -> tuple[list[CheckResult], dict[str, Any]]:
+              budget_s: float, probes_dir: str, classes: Path | None = None
+              ) -> tuple[list[CheckResult], dict[str, Any]]:
     results_file = run_dir / f"{host}.jsonl"
     log_file = run_dir / f"{host}.log"
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
@@ -105,7 +106,10 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
     started = time.monotonic()
     killed = False
     with log_file.open("w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=ansible_env(),
+        env = ansible_env()
+        if classes is not None:  # the suite judges the host against this class version
+            env["FLEETGATE_CLASSES_DIR"] = str(classes)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=run_dir, start_new_session=True)
         try:
             rc = proc.wait(timeout=budget_s)
@@ -133,6 +137,7 @@ def run_smoke(
     forks: int = 20,
     probes_dir: str = PROBES_DIR,
     runs_base: Path | None = None,
+    classes: Path | None = None,
 ) -> SmokeRun:
     """Run the smoke suite on every matching host in parallel; never raises for a host that
     fails or cannot be reached (those are results), only for bad input (BadInput)."""
@@ -142,14 +147,14 @@ def run_smoke(
     if forks < 1:
         raise BadInput("must be at least 1", source="--forks")
     if node_class is not None:
-        resolve_class(node_class)  # an unknown class is bad input before anything runs
+        resolve_class(node_class, classes)  # an unknown class: bad input before anything runs
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     hostvars = select_hosts(inv, limit)
     cache: dict[str, tuple[NodeClass, Plan]] = {}
     selected: dict[str, tuple[NodeClass, Plan] | None] = {}
     for host, hv in hostvars.items():
-        cls = _class_of(hv, cache)
+        cls = _class_of(hv, cache, classes)
         if node_class is not None and (cls is None or cls[0].name != node_class):
             continue
         selected[host] = cls
@@ -167,7 +172,7 @@ def run_smoke(
             return [unmeasured(host, c, "not-run", "host has no fleetgate_class") for c in checks]
         nc, plan = cls
         got, meta = _run_host(host, inv, checks, run_dir, host_budget_s(checks, plan),
-                              probes_dir)
+                              probes_dir, classes)
         done = {r.check for r in got}
         for c in checks:
             if c in done:
