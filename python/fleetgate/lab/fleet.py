@@ -23,7 +23,7 @@ from fleetgate.lab.keys import (
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.podman import Podman
 from fleetgate.lab.ports import free_port, is_listening
-from fleetgate.lab.procs import run
+from fleetgate.lab.procs import pid_alive, run
 from fleetgate.lab.state import FaultKind, LabHost, LabState, load_state, save_state
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
@@ -81,7 +81,7 @@ def wait_for_ssh(paths: LabPaths, host: LabHost, timeout: float) -> None:
     while time.monotonic() < deadline:
         if is_listening(host.port) and ssh_ok(paths, host.port):
             return
-        if host.kind == "vm" and not vm_hosts.pid_alive(host.supervisor_pid):
+        if host.kind == "vm" and not pid_alive(host.supervisor_pid):
             raise LabError("VM supervisor exited during boot (see supervisor.log, boots.jsonl)",
                            source=host.name)
         time.sleep(1)
@@ -167,7 +167,7 @@ def status(paths: LabPaths) -> list[HostStatus]:
                          check=False).stdout.strip()
             running = out == "true"
         else:
-            running = vm_hosts.pid_alive(h.supervisor_pid)
+            running = pid_alive(h.supervisor_pid)
         reachable = running and is_listening(h.port) and ssh_ok(paths, h.port, timeout=8)
         return HostStatus(h, running, reachable)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from fleetgate.errors import LabError
 from fleetgate.lab.keys import host_key
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.procs import require_tool, run
+from fleetgate.lab.procs import pid_alive, require_tool, run
 from fleetgate.lab.rootfs import RootfsRecipe, extract, rootfs_tar
 from fleetgate.lab.state import LabHost
 from fleetgate.spec.schema import NodeClass
@@ -98,23 +98,6 @@ def start_vm(paths: LabPaths, host: LabHost, *, memory_mb: int = 1024) -> int:
     )
     log.close()
     return proc.pid
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it is not running.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
 
 
 def stop_vm(paths: LabPaths, host: LabHost, *, timeout: float = 30) -> None:

@@ -15,26 +15,12 @@ import threading
 import time
 
 from fleetgate.errors import FleetgateError
+from fleetgate.lab.procs import pid_alive
 from fleetgate.rollout.journal import Journal
 
 
 class LeaseHeld(FleetgateError):
     exit_code = 12
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it holds nothing.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 class Lease:
@@ -60,7 +46,7 @@ class Lease:
                 if row is None:
                     continue
                 holder_rid, pid, host, expires = row
-                dead_here = host == me and not _pid_alive(pid)
+                dead_here = host == me and not pid_alive(pid)
                 if expires > now and not dead_here:
                     raise LeaseHeld(
                         f"held by controller pid {pid} on {host} (rollout {holder_rid}) for "
@@ -114,5 +100,5 @@ def holder(journal: Journal, scope: str) -> dict[str, object] | None:
     if not rows:
         return None
     rid, pid, host, expires = rows[0]
-    alive = expires > time.time() and not (host == os.uname().nodename and not _pid_alive(pid))
+    alive = expires > time.time() and not (host == os.uname().nodename and not pid_alive(pid))
     return {"rollout": rid, "pid": pid, "host": host, "expires_at": expires, "alive": alive}

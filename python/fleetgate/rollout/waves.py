@@ -5,11 +5,8 @@ before it has reached a whole domain.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import subprocess
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +14,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.plan import RolloutPlan, Waves
-from fleetgate.smoke.model import plain_ansible_json
-from fleetgate.smoke.runner import ansible_env
+from fleetgate.smoke.runner import inventory_list
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 DOMAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
@@ -45,25 +41,6 @@ class Assignment:
         raise KeyError(host)
 
 
-def _ansible_inventory(inventory: Path, limit: str | None) -> dict[str, Any]:
-    argv = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory), "--list"]
-    if limit:
-        argv += ["--limit", limit]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ansible_env(),
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise BadInput("ansible-inventory did not answer in 120s", source=str(inventory)) from None
-    if proc.returncode != 0:
-        tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
-        raise BadInput(f"ansible-inventory failed: {tail}", source=str(inventory))
-    try:
-        doc: dict[str, Any] = plain_ansible_json(json.loads(proc.stdout))
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"ansible-inventory printed no JSON: {exc}", source=str(inventory)) from None
-    return doc
-
-
 def _members(doc: dict[str, Any], group: str, seen: set[str] | None = None) -> set[str]:
     seen = seen if seen is not None else set()
     if group in seen:
@@ -81,7 +58,7 @@ def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
     (vars plugins included). Every name and domain value is checked before it can reach a
     command line as a `--limit`."""
     limit = ":".join(plan.targets.patterns) or None
-    doc = _ansible_inventory(inventory, limit)
+    doc = inventory_list(inventory, limit)
     hostvars = doc.get("_meta", {}).get("hostvars", {})
     groups_of: dict[str, list[str]] = {}
     for group in doc:

@@ -59,26 +59,32 @@ def ansible_env() -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def select_hosts(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
-    """Host -> its inventory variables (vars plugins included), as Ansible resolves them."""
+def inventory_list(inventory: Path, limit: str | None) -> dict[str, Any]:
+    """`ansible-inventory --list` as plain data: groups, hosts and their variables as Ansible
+    resolves them (vars plugins included)."""
     argv = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory),
             "--list"]
     if limit:
         argv += ["--limit", limit]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ansible_env(),
-                              check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                              env=ansible_env(), check=False)
     except subprocess.TimeoutExpired:
         raise BadInput("ansible-inventory did not answer in 120s", source=str(inventory)) from None
     if proc.returncode != 0:
         tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
         raise BadInput(f"ansible-inventory failed: {tail}", source=str(inventory))
     try:
-        doc = json.loads(proc.stdout)
+        doc: dict[str, Any] = plain_ansible_json(json.loads(proc.stdout))
     except json.JSONDecodeError as exc:
         raise BadInput(f"ansible-inventory printed no JSON: {exc}", source=str(inventory)) from None
-    hostvars: dict[str, dict[str, Any]] = plain_ansible_json(
-        doc.get("_meta", {}).get("hostvars", {}))
+    return doc
+
+
+def select_hosts(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
+    """Host -> its inventory variables (vars plugins included), as Ansible resolves them."""
+    hostvars: dict[str, dict[str, Any]] = inventory_list(inventory, limit).get(
+        "_meta", {}).get("hostvars", {})
     return dict(sorted(hostvars.items()))
 
 
