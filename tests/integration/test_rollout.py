@@ -262,7 +262,11 @@ def test_kill_9_at_random_points_then_resume_applies_each_host_exactly_once(lab:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             kills += 1
-            proc = lab.popen("resume", f"{name}-r")
+            # Killed while still planning: nothing was recorded, so there is nothing to resume
+            # and the operator starts it again.
+            exists = lab.rollout("status", f"{name}-r").returncode == 0
+            proc = lab.popen("resume" if exists else "start",
+                             *([f"{name}-r"] if exists else [str(plan), "--id", f"{name}-r"]))
             if kills >= 3:  # the last resume runs to the end
                 break
         out, err = proc.communicate(timeout=600)
@@ -275,8 +279,8 @@ def test_kill_9_at_random_points_then_resume_applies_each_host_exactly_once(lab:
         total_kills += kills
         report.append({"round": i, "kills": kills, "wall_s": round(time.monotonic() - t0, 2),
                        "journal_applies": {h: s["hosts"][h]["applies"] for h in hosts}})
-    if os.environ.get("FLEETGATE_CRASH_REPORT"):  # benchmarks/rollout_crash.py reads it
-        Path(os.environ["FLEETGATE_CRASH_REPORT"]).write_text(json.dumps(report, indent=2))
+        if os.environ.get("FLEETGATE_CRASH_REPORT"):  # benchmarks/rollout_crash.py reads it
+            Path(os.environ["FLEETGATE_CRASH_REPORT"]).write_text(json.dumps(report, indent=2))
     # The kill points are random, but a round that was never killed proves nothing.
     assert total_kills >= rounds, f"only {total_kills} kills in {rounds} rounds"
 
