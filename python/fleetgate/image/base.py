@@ -36,7 +36,7 @@ class BaseImage:
 
 def base_recipe(nc: NodeClass) -> RootfsRecipe:
     if nc.lab.kind == "container":
-        return container_hosts.base_recipe(nc)
+        return container_hosts.base_recipe(nc, with_kernel=False)
     return RootfsRecipe(suite=nc.os.release, packages=vm_hosts.VM_BASE_PACKAGES,
                         hooks=vm_hosts.VM_HOOKS)
 

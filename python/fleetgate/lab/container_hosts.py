@@ -25,13 +25,14 @@ CONTAINER_PACKAGES = (
 )
 
 
-def base_recipe(nc: NodeClass) -> RootfsRecipe:
-    # The class's pinned kernel image comes with the base, as on a host built from the
-    # previous golden image: containers never boot it, and unpacking it (and its initramfs)
-    # into every container on every apply-class is most of what a lab rollout would time.
+def base_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:
+    # Lab hosts get the class's pinned kernel image with the base, as a host built from the
+    # previous golden image has it: containers never boot it, and unpacking it (and its
+    # initramfs) into every container on every apply-class is most of what a lab rollout
+    # would time. A golden image build starts without it: installing it is what it proves.
     k = nc.kernel
-    return RootfsRecipe(suite=nc.os.release,
-                        packages=(*CONTAINER_PACKAGES, f"linux-image-{k.abi}={k.package_version}"),
+    kernel = (f"linux-image-{k.abi}={k.package_version}",) if with_kernel else ()
+    return RootfsRecipe(suite=nc.os.release, packages=(*CONTAINER_PACKAGES, *kernel),
                         hooks=SSHD_HOOKS)
 
 
