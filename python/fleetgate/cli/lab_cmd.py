@@ -98,7 +98,7 @@ def fault(
     ctx: typer.Context,
     host: Annotated[str, typer.Argument()],
     kind: Annotated[str, typer.Argument(
-        help="stop | throttle-cpu | cut-network | hang-probe")],
+        help=" | ".join(get_args(FaultKind)))],
 ) -> None:
     """Inject a real fault into one host."""
     kinds = get_args(FaultKind)
