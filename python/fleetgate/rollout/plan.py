@@ -19,14 +19,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     model_validator,
 )
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
 from fleetgate.smoke.thresholds import CHECKS, Check
-from fleetgate.spec.loader import read_yaml, repo_root, validation_error
+from fleetgate.spec.loader import class_files, load_all, load_model, repo_root
 from fleetgate.spec.schema import CLASS_NAME_RE, DEB_PACKAGE_RE, KERNEL_ABI_RE, PKG_VERSION_RE
 
 PLAN_NAME_RE = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -291,8 +290,6 @@ def playbook_path(rel: str, *, source: Path, field: str) -> Path:
 
 def classes_path(rel: str, *, source: Path | None = None, field: str = "classes") -> Path:
     """A class directory named by a plan: inside the repository, and every class in it valid."""
-    from fleetgate.spec.loader import class_files, load_all
-
     root = repo_root()
     p = (root / rel).resolve()
     if ".." in Path(rel).parts or not p.is_relative_to(root) or not p.is_dir():
@@ -303,13 +300,7 @@ def classes_path(rel: str, *, source: Path | None = None, field: str = "classes"
 
 
 def load_plan(path: Path) -> RolloutPlan:
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise BadInput("a rollout plan must be a YAML mapping", source=path, field="(top level)")
-    try:
-        plan = RolloutPlan.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc, path) from None
+    plan = load_model(path, RolloutPlan, "rollout plan")
     playbook_path(plan.change.playbook, source=path, field="change.playbook")
     if plan.change.classes is not None:
         classes_path(plan.change.classes, source=path, field="change.classes")

@@ -10,10 +10,10 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fleetgate.errors import BadInput
 from fleetgate.spec import matrix
@@ -25,6 +25,8 @@ CLASS_SUFFIXES = (".yml", ".yaml")
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys: YAML's last-one-wins would hide a second pin."""
 
+
+M = TypeVar("M", bound=BaseModel)
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
@@ -108,14 +110,19 @@ def validation_error(exc: ValidationError, source: Path) -> BadInput:
     return BadInput(pydantic_reason(first) + more, source=source, field=field_path(first["loc"]))
 
 
-def load_class(path: Path, *, check_matrix: bool = True) -> NodeClass:
+def load_model(path: Path, model: type[M], what: str) -> M:
+    """A YAML mapping validated as `model`; anything else is one line of BadInput."""
     data = read_yaml(path)
     if not isinstance(data, dict):
-        raise BadInput("a node class must be a YAML mapping", source=path, field="(top level)")
+        raise BadInput(f"a {what} must be a YAML mapping", source=path, field="(top level)")
     try:
-        nc = NodeClass.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, path) from None
+
+
+def load_class(path: Path, *, check_matrix: bool = True) -> NodeClass:
+    nc = load_model(path, NodeClass, "node class")
     if path.stem != nc.name:
         raise BadInput(f"class {nc.name!r} must live in {nc.name}.yml", source=path, field="name")
     if check_matrix:
