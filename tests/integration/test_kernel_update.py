@@ -4,8 +4,10 @@ One VM of class lab-vm boots the pinned 6.1.0-55 kernel under qemu. In order:
 - apply-class builds the class's DKMS module (vpoll) for the pin;
 - a DKMS module that cannot build for the new kernel makes kernel-update refuse to reboot:
   the host keeps booting 55 and the reason names the module;
-- without it, kernel-update reboots into 57 with vpoll rebuilt and loaded;
-- rollback.yml brings it back to 55.
+- a target given both ways (from the class and as extra vars) is refused before any change;
+- without the broken module, kernel-update reboots into 57 with vpoll rebuilt and loaded,
+  taking its target from lab-vm version 2 as the example rollout does;
+- rollback.yml brings it back to 55 and class version 1.
 Every kernel claim is proven by `uname -r` after a real reboot.
 """
 
@@ -34,6 +36,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 PIN = load_class(REPO / "inventory" / "classes" / "lab-vm.yml")
 CHANGE = yaml.safe_load((REPO / "examples" / "kernel-security-update.vars.yml").read_text())
 NEW = CHANGE["target_kernel_abi"]
+NEW_CLASS_DIR = REPO / "examples" / "kernel-update" / "classes"
+NEW_CLASS = load_class(NEW_CLASS_DIR / "lab-vm.yml")
 OLD = PIN.kernel.abi
 MODULE = PIN.dkms[0].name
 BROKEN = REPO / "tests" / "fixtures" / "dkms" / "fgbroken-1.0"
@@ -57,11 +61,13 @@ class Vm:
             pytest.fail(f"{command!r} -> {proc.returncode}: {proc.stderr.decode()}")
         return proc.stdout.decode().strip()
 
-    def play(self, playbook: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    def play(self, playbook: str, *extra: str,
+             classes: Path | None = None) -> tuple[int, dict[str, Any]]:
         args = ["fleet", "play", playbook, "-i", str(self.paths.inventory), "--json"]
         for kv in extra:
             args += ["-e", kv]
-        proc = fleetgate(*args, env=self.env, timeout=1800)
+        env = {**self.env, "FLEETGATE_CLASSES_DIR": str(classes)} if classes else self.env
+        proc = fleetgate(*args, env=env, timeout=1800)
         return proc.returncode, json.loads(proc.stdout)["hosts"][self.host.name]
 
     def boots(self) -> list[dict[str, Any]]:
@@ -123,8 +129,19 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     vm.ssh("dkms remove fgbroken/1.0 --all && rm -rf /usr/src/fgbroken-1.0")
 
 
+def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:
+    rc, result = vm.play("kernel-update", "kernel_update_from_class=true", *_change_args())
+    assert rc == 1 and "either kernel_update_from_class or target_kernel_abi" in (
+        result["message"]), result
+    assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
+        "", "unknown ok not-installed", "deinstall ok config-files")
+
+
 def test_kernel_update_reboots_into_the_new_kernel(vm: Vm) -> None:
-    rc, result = vm.play("kernel-update", *_change_args())
+    # As the example rollout runs it: the target is the new class version's pin, written once.
+    assert NEW_CLASS.kernel.abi == NEW and NEW_CLASS.version == PIN.version + 1
+    rc, result = vm.play("kernel-update", "kernel_update_from_class=true",
+                         classes=NEW_CLASS_DIR)
     assert rc == 0, result
     assert vm.ssh("uname -r") == NEW
     assert vm.boots()[-1]["kernel"] == f"vmlinuz-{NEW}"
@@ -133,6 +150,7 @@ def test_kernel_update_reboots_into_the_new_kernel(vm: Vm) -> None:
     manifest = json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))
     assert manifest["verified"]["kernel"]["running"] == NEW
     assert manifest["expected"]["kernel"]["abi"] == NEW
+    assert manifest["class_version"] == NEW_CLASS.version
     assert json.loads(vm.ssh("cat /etc/fleetgate/kernel.json"))["previous"] == OLD
     # Lab disks carry MODULES=dep (lab/vm_hosts.py), so the initramfs the update built holds
     # this VM's root-device modules, not Debian's "most" set of hundreds, and it booted.
@@ -147,5 +165,6 @@ def test_rollback_returns_to_the_previous_kernel(vm: Vm) -> None:
     assert rc == 0, result
     assert vm.ssh("uname -r") == OLD
     assert vm.boots()[-1]["kernel"] == f"vmlinuz-{OLD}"
-    assert json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))["verified"]["kernel"][
-        "running"] == OLD
+    manifest = json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))
+    assert manifest["verified"]["kernel"]["running"] == OLD
+    assert manifest["class_version"] == PIN.version

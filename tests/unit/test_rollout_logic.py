@@ -21,7 +21,8 @@ from fleetgate.rollout.journal import HostRow, Journal
 from fleetgate.rollout.lease import Lease, LeaseHeld
 from fleetgate.rollout.plan import RolloutPlan, Window, budget_count, load_plan
 from fleetgate.rollout.waves import Assignment, Host, assign, step_sizes
-from tests.conftest import fleetgate
+from fleetgate.spec.loader import load_class
+from tests.conftest import REPO, fleetgate
 
 BASE: dict[str, Any] = {
     "name": "unit",
@@ -102,6 +103,22 @@ BAD_PLANS: list[tuple[str, dict[str, Any], str]] = [
     ("class dir outside repo", {**BASE, "change": {
         "playbook": "examples/rollout/stamp-version.yml", "classes": "/etc"}},
      "change.classes"),
+    ("from_class without a class", {**BASE, "targets": {"inventory": "inv.yml"}, "change": {
+        "playbook": "examples/rollout/stamp-version.yml", "target": {"from_class": True}}},
+     "change.target.from_class"),
+    ("from_class, class not in its directory", {**BASE, "targets": {
+        "inventory": "inv.yml", "class": "lab-vm"}, "change": {
+        "playbook": "playbooks/kernel-update.yml", "classes": "examples/bad-blas/classes",
+        "target": {"from_class": True}}}, "change.target.from_class"),
+    ("from_class contradicted", {**BASE, "targets": {"inventory": "inv.yml", "class": "lab-vm"},
+                                 "change": {
+        "playbook": "playbooks/kernel-update.yml", "classes": "examples/kernel-update/classes",
+        "target": {"from_class": True, "kernel_release": "6.1.0-1-cloud-amd64"}}},
+     "change.target.kernel_release"),
+    ("from_class version contradicted", {**BASE, "rollback": {
+        "playbook": "playbooks/apply-class.yml",
+        "target": {"from_class": True, "manifest": {"class_version": 7}}}},
+     "rollback.target.manifest.class_version"),
 ]
 
 
@@ -164,6 +181,35 @@ def test_good_plan_loads_with_defaults(tmp_path: Path) -> None:
     p = load_plan(write_plan(tmp_path, BASE))
     assert p.on_failure == "halt" and p.concurrency == 5
     assert p.gates.inconclusive.policy == "halt" and p.budgets.total.max_failed == 0
+
+
+def test_from_class_takes_the_target_from_the_class_the_run_applies() -> None:
+    """The kernel example writes the new kernel only in lab-vm version 2: the change's target
+    comes from that class, the rollback's from the inventory's lab-vm."""
+    new = load_class(REPO / "examples" / "kernel-update" / "classes" / "lab-vm.yml")
+    old = load_class(REPO / "inventory" / "classes" / "lab-vm.yml")
+    assert (new.version, new.kernel.abi) != (old.version, old.kernel.abi)
+    p = load_plan(REPO / "examples" / "kernel-update" / "rollout.yml")
+    assert p.change.target.kernel_release == new.kernel.abi
+    assert p.change.target.manifest == {"class_version": new.version}
+    assert p.rollback is not None
+    assert p.rollback.target.kernel_release == old.kernel.abi
+    assert p.rollback.target.manifest == {"class_version": old.version}
+
+
+def test_from_class_checks_no_kernel_on_container_classes_and_keeps_explicit_fields() -> None:
+    p = load_plan(REPO / "examples" / "bad-blas" / "rollout.yml")
+    new = load_class(REPO / "examples" / "bad-blas" / "classes" / "lab-cpu.yml")
+    assert p.change.target.kernel_release is None  # containers run the host's kernel
+    assert p.change.target.manifest == {"class_version": new.version,
+                                        "verified.userland.blas": "reference"}
+    assert p.rollback is not None and p.rollback.target.manifest["class_version"] == 1
+
+
+def test_plan_without_from_class_is_left_as_written(tmp_path: Path) -> None:
+    doc = {**BASE, "change": {"playbook": "examples/rollout/stamp-version.yml",
+                              "target": {"manifest": {"class_version": 9}}}}
+    assert load_plan(write_plan(tmp_path, doc)).change.target.manifest == {"class_version": 9}
 
 
 # ------------------------------------------------------------------------------------ waves

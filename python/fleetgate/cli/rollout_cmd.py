@@ -52,6 +52,16 @@ def _say(as_json: bool) -> Any:
     return (lambda _m: None) if as_json else (lambda m: console.print(esc(m)))
 
 
+def _target_text(t: dict[str, Any]) -> str:
+    """What the controller checks on a host after the change (or the rollback)."""
+    parts = [f"kernel {t['kernel_release']}"] if t.get("kernel_release") else []
+    parts += [f"{k}={v}" for k, v in sorted(t.get("packages", {}).items())]
+    parts += [f"manifest {k}={v}" for k, v in sorted(t.get("manifest", {}).items())]
+    parts += [f"{k}={v}" for k, v in sorted(t.get("files", {}).items())]
+    text = ", ".join(parts) or "(none: the playbook's own result only)"
+    return text + (" (from the class)" if t.get("from_class") else "")
+
+
 def _plan_table(doc: dict[str, Any]) -> Table:
     t = Table("wave", "hosts", "domains", "budget", title=f"rollout plan {doc['plan']['name']}")
     for k, members in enumerate(doc["waves"], start=1):
@@ -82,8 +92,11 @@ def plan(
     for n in doc["notes"]:
         console.print(f"note: {esc(n)}")
     console.print(f"change: {esc(p['change']['playbook'])} {esc(p['change']['extra_vars'])}")
+    console.print(f"  target: {esc(_target_text(p['change']['target']))}")
     console.print(f"on failure: {p['on_failure']}"
                   + (f" (rollback: {esc(p['rollback']['playbook'])})" if p["rollback"] else ""))
+    if p["rollback"]:
+        console.print(f"  rollback target: {esc(_target_text(p['rollback']['target']))}")
     console.print(f"concurrency: {p['concurrency']} per batch, capped by remaining budget + 1")
     console.print(f"total budget: {esc(doc['budgets']['total'])}")
     for line in (doc["budgets"].get("per_domain") or {}).values():

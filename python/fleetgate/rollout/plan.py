@@ -25,8 +25,21 @@ from pydantic import (
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
 from fleetgate.smoke.thresholds import CHECKS, Check
-from fleetgate.spec.loader import class_files, load_all, load_model, repo_root
-from fleetgate.spec.schema import CLASS_NAME_RE, DEB_PACKAGE_RE, KERNEL_ABI_RE, PKG_VERSION_RE
+from fleetgate.spec.loader import (
+    class_files,
+    classes_dir,
+    load_all,
+    load_model,
+    repo_root,
+    resolve_class,
+)
+from fleetgate.spec.schema import (
+    CLASS_NAME_RE,
+    DEB_PACKAGE_RE,
+    KERNEL_ABI_RE,
+    PKG_VERSION_RE,
+    NodeClass,
+)
 
 PLAN_NAME_RE = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Ansible host/group patterns that reach `--limit`: the wrapper's own character class.
@@ -98,6 +111,12 @@ class Target(_Strict):
     files: dict[Annotated[str, StringConstraints(pattern=ABS_PATH_RE)],
                 Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+~-]{0,100}$")]] = (
         Field(default_factory=dict))
+    # Take the target from the node class the run applies (its `classes`, or the inventory's
+    # classes for one without), so a new class version is the one place its pins are written:
+    # the class's kernel ABI (unless its hosts are containers, which run the host's kernel)
+    # and its version as the manifest's class_version. Resolved when the plan is loaded, so
+    # the artifact an operator reviews shows the values.
+    from_class: bool = False
 
     @property
     def empty(self) -> bool:
@@ -299,6 +318,41 @@ def classes_path(rel: str, *, source: Path | None = None, field: str = "classes"
     return p
 
 
+def class_target(target: Target, nc: NodeClass, *, source: Path, field: str) -> Target:
+    """`target.from_class` filled in from the class; an explicit value that disagrees is an
+    error, not a silent override."""
+    derived: dict[str, Any] = {"manifest": {**target.manifest, "class_version": nc.version}}
+    if nc.lab is None or nc.lab.kind != "container":
+        derived["kernel_release"] = nc.kernel.abi
+    for key, want in (("kernel_release", derived.get("kernel_release")),
+                      ("manifest.class_version", nc.version)):
+        have = (target.kernel_release if key == "kernel_release"
+                else target.manifest.get("class_version"))
+        if have is not None and want is not None and have != want:
+            raise BadInput(f"{key} {have!r} contradicts class {nc.name} version {nc.version} "
+                           f"({want!r}); drop it or from_class", source=source,
+                           field=f"{field}.target.{key}")
+    return target.model_copy(update=derived)
+
+
+def _with_class_target(plan: RolloutPlan, section: Change, *, source: Path,
+                       field: str) -> Change:
+    if not section.target.from_class:
+        return section
+    if plan.targets.node_class is None:
+        raise BadInput("from_class needs targets.class to name the class", source=source,
+                       field=f"{field}.target.from_class")
+    directory = (classes_path(section.classes, source=source, field=f"{field}.classes")
+                 if section.classes is not None else classes_dir())
+    try:
+        _, nc = resolve_class(plan.targets.node_class, directory)
+    except BadInput as exc:
+        raise BadInput(f"from_class: {exc.reason}", source=source,
+                       field=f"{field}.target.from_class") from None
+    target = class_target(section.target, nc, source=source, field=field)
+    return section.model_copy(update={"target": target})
+
+
 def load_plan(path: Path) -> RolloutPlan:
     plan = load_model(path, RolloutPlan, "rollout plan")
     playbook_path(plan.change.playbook, source=path, field="change.playbook")
@@ -308,6 +362,12 @@ def load_plan(path: Path) -> RolloutPlan:
         playbook_path(plan.rollback.playbook, source=path, field="rollback.playbook")
         if plan.rollback.classes is not None:
             classes_path(plan.rollback.classes, source=path, field="rollback.classes")
+    update: dict[str, Any] = {
+        "change": _with_class_target(plan, plan.change, source=path, field="change")}
+    if plan.rollback is not None:
+        update["rollback"] = _with_class_target(plan, plan.rollback, source=path,
+                                                field="rollback")
+    plan = plan.model_copy(update=update)
     if plan.drain is not None:
         playbook_path(plan.drain.drain_playbook, source=path, field="drain.drain_playbook")
         playbook_path(plan.drain.undrain_playbook, source=path, field="drain.undrain_playbook")
