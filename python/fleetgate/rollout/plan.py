@@ -318,54 +318,53 @@ def classes_path(rel: str, *, source: Path | None = None, field: str = "classes"
     return p
 
 
-def class_target(target: Target, nc: NodeClass, *, source: Path, field: str) -> Target:
+def _class_target(target: Target, nc: NodeClass, *, source: Path, field: str) -> Target:
     """`target.from_class` filled in from the class; an explicit value that disagrees is an
     error, not a silent override."""
-    derived: dict[str, Any] = {"manifest": {**target.manifest, "class_version": nc.version}}
-    if nc.lab is None or nc.lab.kind != "container":
-        derived["kernel_release"] = nc.kernel.abi
-    for key, want in (("kernel_release", derived.get("kernel_release")),
-                      ("manifest.class_version", nc.version)):
-        have = (target.kernel_release if key == "kernel_release"
-                else target.manifest.get("class_version"))
+    kernel = None if nc.lab is not None and nc.lab.kind == "container" else nc.kernel.abi
+    for key, have, want in (
+            ("kernel_release", target.kernel_release, kernel),
+            ("manifest.class_version", target.manifest.get("class_version"), nc.version)):
         if have is not None and want is not None and have != want:
             raise BadInput(f"{key} {have!r} contradicts class {nc.name} version {nc.version} "
                            f"({want!r}); drop it or from_class", source=source,
                            field=f"{field}.target.{key}")
-    return target.model_copy(update=derived)
+    return target.model_copy(update={
+        "kernel_release": kernel or target.kernel_release,
+        "manifest": {**target.manifest, "class_version": nc.version}})
 
 
-def _with_class_target(plan: RolloutPlan, section: Change, *, source: Path,
-                       field: str) -> Change:
+def _with_class_target(plan: RolloutPlan, section: Change, directory: Path | None, *,
+                       source: Path, field: str) -> Change:
+    """`directory`: the section's own class directory (already checked), else the inventory's."""
     if not section.target.from_class:
         return section
     if plan.targets.node_class is None:
         raise BadInput("from_class needs targets.class to name the class", source=source,
                        field=f"{field}.target.from_class")
-    directory = (classes_path(section.classes, source=source, field=f"{field}.classes")
-                 if section.classes is not None else classes_dir())
     try:
-        _, nc = resolve_class(plan.targets.node_class, directory)
+        _, nc = resolve_class(plan.targets.node_class, directory or classes_dir())
     except BadInput as exc:
         raise BadInput(f"from_class: {exc.reason}", source=source,
                        field=f"{field}.target.from_class") from None
-    target = class_target(section.target, nc, source=source, field=field)
+    target = _class_target(section.target, nc, source=source, field=field)
     return section.model_copy(update={"target": target})
 
 
 def load_plan(path: Path) -> RolloutPlan:
     plan = load_model(path, RolloutPlan, "rollout plan")
     playbook_path(plan.change.playbook, source=path, field="change.playbook")
-    if plan.change.classes is not None:
-        classes_path(plan.change.classes, source=path, field="change.classes")
+    change_dir = (classes_path(plan.change.classes, source=path, field="change.classes")
+                  if plan.change.classes is not None else None)
+    update: dict[str, Any] = {
+        "change": _with_class_target(plan, plan.change, change_dir, source=path,
+                                     field="change")}
     if plan.rollback is not None:
         playbook_path(plan.rollback.playbook, source=path, field="rollback.playbook")
-        if plan.rollback.classes is not None:
-            classes_path(plan.rollback.classes, source=path, field="rollback.classes")
-    update: dict[str, Any] = {
-        "change": _with_class_target(plan, plan.change, source=path, field="change")}
-    if plan.rollback is not None:
-        update["rollback"] = _with_class_target(plan, plan.rollback, source=path,
+        rollback_dir = (classes_path(plan.rollback.classes, source=path,
+                                     field="rollback.classes")
+                        if plan.rollback.classes is not None else None)
+        update["rollback"] = _with_class_target(plan, plan.rollback, rollback_dir, source=path,
                                                 field="rollback")
     plan = plan.model_copy(update=update)
     if plan.drain is not None:
