@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 FLEETGATE = str(Path(sys.executable).parent / "fleetgate")
 
@@ -66,7 +64,6 @@ def bench_apply(n: int) -> dict[str, Any]:
 
 
 def bench_kernel_update() -> dict[str, Any]:
-    change = yaml.safe_load((REPO / "examples" / "kernel-security-update.vars.yml").read_text())
     with tempfile.TemporaryDirectory(prefix="fgbench-") as d:
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "FLEETGATE_LAB_DIR": f"{d}/lab",
                "FLEETGATE_STATE_DIR": d}
@@ -74,8 +71,11 @@ def bench_kernel_update() -> dict[str, Any]:
             fg(env, "lab", "up", "--containers", "0", "--vms", "1")
             inv = f"{d}/lab/inventory.yml"
             apply_s, _ = timed_play(env, inv, "apply-class")
-            update_s, _ = timed_play(env, inv, "kernel-update",
-                                     *[f"{k}={v}" for k, v in change.items()])
+            # The target is lab-vm version 2's pin, as examples/kernel-update/rollout.yml runs it.
+            new_class = {**env, "FLEETGATE_CLASSES_DIR": str(REPO / "examples" /
+                                                                 "kernel-update" / "classes")}
+            update_s, _ = timed_play(new_class, inv, "kernel-update",
+                                     "kernel_update_from_class=true")
             rollback_s, _ = timed_play(env, inv, "rollback")
             return {"apply_class_vm_s": round(apply_s, 1), "kernel_update_s": round(update_s, 1),
                     "rollback_s": round(rollback_s, 1)}

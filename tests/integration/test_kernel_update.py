@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from fleetgate.lab.fleet import wait_for_ssh
 from fleetgate.lab.keys import ssh_argv
@@ -34,10 +33,10 @@ from tests.conftest import REPO, fleetgate
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 PIN = load_class(REPO / "inventory" / "classes" / "lab-vm.yml")
-CHANGE = yaml.safe_load((REPO / "examples" / "kernel-security-update.vars.yml").read_text())
-NEW = CHANGE["target_kernel_abi"]
+# The change: lab-vm version 2 of examples/kernel-update, the one place the new kernel is pinned.
 NEW_CLASS_DIR = REPO / "examples" / "kernel-update" / "classes"
 NEW_CLASS = load_class(NEW_CLASS_DIR / "lab-vm.yml")
+NEW = NEW_CLASS.kernel.abi
 OLD = PIN.kernel.abi
 MODULE = PIN.dkms[0].name
 BROKEN = REPO / "tests" / "fixtures" / "dkms" / "fgbroken-1.0"
@@ -93,8 +92,10 @@ def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vm]:
         fleetgate("lab", "down", env=vm.env)
 
 
-def _change_args() -> list[str]:
-    return [f"{k}={v}" for k, v in CHANGE.items()]
+def _update(vm: Vm, *extra: str) -> tuple[int, dict[str, Any]]:
+    """kernel-update as the example rollout runs it: the target taken from the new class."""
+    return vm.play("kernel-update", "kernel_update_from_class=true", *extra,
+                   classes=NEW_CLASS_DIR)
 
 
 def test_apply_class_builds_the_class_dkms_module(vm: Vm) -> None:
@@ -111,7 +112,7 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     vm.ssh(f"dkms add -m fgbroken -v 1.0 && dkms install -m fgbroken -v 1.0 -k {OLD}")
     boots_before = len(vm.boots())
 
-    rc, result = vm.play("kernel-update", *_change_args())
+    rc, result = _update(vm)
 
     assert rc == 1
     assert result["outcome"] == "failed"
@@ -130,7 +131,8 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
 
 
 def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:
-    rc, result = vm.play("kernel-update", "kernel_update_from_class=true", *_change_args())
+    rc, result = _update(vm, f"target_kernel_abi={NEW}",
+                         f"target_kernel_package_version={NEW_CLASS.kernel.package_version}")
     assert rc == 1 and "either kernel_update_from_class or target_kernel_abi" in (
         result["message"]), result
     assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
@@ -138,10 +140,8 @@ def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:
 
 
 def test_kernel_update_reboots_into_the_new_kernel(vm: Vm) -> None:
-    # As the example rollout runs it: the target is the new class version's pin, written once.
-    assert NEW_CLASS.kernel.abi == NEW and NEW_CLASS.version == PIN.version + 1
-    rc, result = vm.play("kernel-update", "kernel_update_from_class=true",
-                         classes=NEW_CLASS_DIR)
+    assert NEW_CLASS.version > PIN.version and NEW != OLD
+    rc, result = _update(vm)
     assert rc == 0, result
     assert vm.ssh("uname -r") == NEW
     assert vm.boots()[-1]["kernel"] == f"vmlinuz-{NEW}"
