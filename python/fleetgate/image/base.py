@@ -37,8 +37,7 @@ class BaseImage:
 def base_recipe(nc: NodeClass) -> RootfsRecipe:
     if nc.lab.kind == "container":
         return container_hosts.base_recipe(nc, with_kernel=False)
-    return RootfsRecipe(suite=nc.os.release, packages=vm_hosts.VM_BASE_PACKAGES,
-                        hooks=vm_hosts.VM_HOOKS)
+    return vm_hosts.vm_recipe(nc, with_kernel=False)
 
 
 def ensure_base_image(podman: Podman, nc: NodeClass) -> BaseImage:

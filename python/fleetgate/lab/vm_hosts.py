@@ -51,9 +51,14 @@ VM_BASE_PACKAGES = (
 )
 
 
-def vm_recipe(nc: NodeClass) -> RootfsRecipe:
+def vm_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:
+    """Lab VMs get the class's pinned kernel (and what DKMS needs) with the base; a golden
+    image build starts without them: installing them is what it proves."""
     k = nc.kernel
-    packages = [*VM_BASE_PACKAGES, f"linux-image-{k.abi}={k.package_version}"]
+    packages = list(VM_BASE_PACKAGES)
+    if not with_kernel:
+        return RootfsRecipe(suite=nc.os.release, packages=tuple(packages), hooks=VM_HOOKS)
+    packages.append(f"linux-image-{k.abi}={k.package_version}")
     if nc.dkms:
         # DKMS needs the headers of every kernel it builds for; the lab image carries them so
         # roles under test spend their time building modules, not unpacking gcc under TCG.

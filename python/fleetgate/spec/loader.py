@@ -20,13 +20,12 @@ from fleetgate.spec import matrix
 from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
 
 CLASS_SUFFIXES = (".yml", ".yaml")
+M = TypeVar("M", bound=BaseModel)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys: YAML's last-one-wins would hide a second pin."""
 
-
-M = TypeVar("M", bound=BaseModel)
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
