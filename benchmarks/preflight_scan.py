@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetgate.lab.paths import cache_dir
 from fleetgate.preflight import load_table, scan_target
+from fleetgate.system.cache import cache_dir
 
 # torch==2.13.0 resolves to the CPU wheel on this machine's disk (see README); the rest come
 # from the registry. nvidia-cuda-runtime-cu12 gives the scan a real vendor library to report.

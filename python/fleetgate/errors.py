@@ -35,3 +35,10 @@ class LabError(FleetgateError):
     """The local lab could not be brought to the requested state."""
 
     exit_code = 3
+
+
+class ToolError(FleetgateError):
+    """A local tool (podman, mmdebstrap, qemu, mkfs, ssh-keygen) is missing, failed or timed
+    out. The lab and image builds both run them; neither owns the failure."""
+
+    exit_code = 4

@@ -28,11 +28,11 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from fleetgate.image.base import base_recipe
-from fleetgate.lab.paths import cache_dir
-from fleetgate.lab.rootfs import extract, rootfs_tar
 from fleetgate.preflight import elf_scan, load_table, members, scan_target
 from fleetgate.preflight.elf_scan import scan_elf
 from fleetgate.spec.loader import load_class
+from fleetgate.system.cache import cache_dir
+from fleetgate.system.rootfs import extract, rootfs_tar
 from tests.conftest import REPO, fleetgate
 
 TABLE = load_table()

@@ -14,8 +14,8 @@ from fleetgate.image.lab_images import LabImages, resolve_lab_images
 from fleetgate.lab import fleet
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.paths import LabPaths, default_lab_dir
-from fleetgate.lab.podman import Podman
 from fleetgate.lab.state import FaultKind
+from fleetgate.system.podman import Podman
 
 app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)
 

@@ -1,7 +1,8 @@
 """Entry point: `fleetgate`. Expected failures become one line on stderr and a distinct exit code.
 
 Exit codes: 0 ok, 1 operation failed (e.g. a host unreachable), 2 bad input (nothing ran),
-3 lab error, 70 internal error, 130 interrupted.
+3 lab error, 4 a local tool (podman, mmdebstrap, qemu...) missing or failed, 12 lease held by
+another controller, 70 internal error, 130 interrupted.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The base a golden image starts from: the lab's mmdebstrap rootfs, imported into podman.
+"""The base a golden image starts from: the shared mmdebstrap rootfs, imported into podman.
 
-Container classes start from the lab's container base (sshd, python3); every other class from
-the lab's VM base without a kernel (systemd, udev, initramfs-tools, sshd, networkd), so that
+Container classes start from the container base (sshd, python3); every other class from
+the VM base without a kernel (systemd, udev, initramfs-tools, sshd, networkd), so that
 kernel_pin installs the class's kernel itself and the result boots. Both come from the shared
 rootfs cache, keyed by recipe: a warm build skips mmdebstrap and the import.
 """
@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.image.provenance import sha256_file
-from fleetgate.lab import container_hosts, vm_hosts
-from fleetgate.lab.podman import Podman
-from fleetgate.lab.rootfs import RootfsRecipe, rootfs_tar
 from fleetgate.spec.schema import NodeClass
-
-BASE_REPO = "localhost/fleetgate-lab-base"  # the same name the lab uses: one import per recipe
-SSHD_CMD = 'CMD ["/usr/sbin/sshd", "-D", "-e"]'
+from fleetgate.system.podman import Podman
+from fleetgate.system.recipes import container_recipe, import_base, vm_recipe
+from fleetgate.system.rootfs import RootfsRecipe, rootfs_tar
 
 
 @dataclass(frozen=True)
@@ -36,14 +33,11 @@ class BaseImage:
 
 def base_recipe(nc: NodeClass) -> RootfsRecipe:
     if nc.lab.kind == "container":
-        return container_hosts.base_recipe(nc, with_kernel=False)
-    return vm_hosts.vm_recipe(nc, with_kernel=False)
+        return container_recipe(nc, with_kernel=False)
+    return vm_recipe(nc, with_kernel=False)
 
 
 def ensure_base_image(podman: Podman, nc: NodeClass) -> BaseImage:
     recipe = base_recipe(nc)
     tar = rootfs_tar(recipe)
-    ref = f"{BASE_REPO}:{recipe.key()}"
-    if not podman.image_exists(ref):
-        podman("import", "--change", SSHD_CMD, str(tar), ref, timeout=600)
-    return BaseImage(ref, recipe, tar, sha256_file(tar))
+    return BaseImage(import_base(podman, recipe), recipe, tar, sha256_file(tar))

@@ -44,11 +44,12 @@ from fleetgate.image.provenance import (
 )
 from fleetgate.image.qemu_base import QemuBase, make_qemu_base
 from fleetgate.image.vendor import build_repo
-from fleetgate.lab.podman import Podman
 from fleetgate.runner.ansible import state_dir
 from fleetgate.spec.derive import packer_vars
 from fleetgate.spec.loader import repo_root, resolve_class
 from fleetgate.spec.schema import NodeClass
+from fleetgate.system.podman import Podman
+from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
 
 Source = Literal["docker", "qemu"]
 BUILD_LABEL = "io.fleetgate.image-build"
@@ -294,7 +295,7 @@ def _finish(staging: Path, nc: NodeClass, opts: BuildOptions, base: BaseImage,
             fallocate = shutil.which("fallocate")
             if fallocate:
                 subprocess.run([fallocate, "--dig-holes", str(staging / artifact_name)],
-                               capture_output=True, timeout=600, check=False)
+                               capture_output=True, timeout=SLOW_STEP_TIMEOUT_S, check=False)
         shutil.rmtree(staging / "qemu", ignore_errors=True)
     artifact = staging / artifact_name
     for needed in (artifact, staging / "image-manifest.json", staging / "packages.txt"):

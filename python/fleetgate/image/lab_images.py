@@ -17,12 +17,13 @@ from fleetgate.errors import BadInput
 from fleetgate.image import store
 from fleetgate.image.build import verify_sums
 from fleetgate.image.naming import parse_ref
-from fleetgate.lab.podman import LABEL, Podman
 from fleetgate.spec.loader import resolve_class
+from fleetgate.system.podman import LABEL, Podman
+from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
+from fleetgate.system.recipes import SSHD_CMD
 
 IMAGE_REPO = "localhost/fleetgate-image"
 IMAGE_LABEL = "io.fleetgate.image"
-SSHD_CMD = 'CMD ["/usr/sbin/sshd", "-D", "-e"]'
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ def import_image(podman: Podman, img: store.StoredImage) -> str:
     ref = podman_ref(img)
     if not podman.image_exists(ref):
         podman("import", "--change", SSHD_CMD, "--change", f"LABEL {IMAGE_LABEL}={img.name}",
-               "--change", f"LABEL {LABEL}=image", str(img.artifact), ref, timeout=600)
+               "--change", f"LABEL {LABEL}=image", str(img.artifact), ref,
+               timeout=SLOW_STEP_TIMEOUT_S)
     return ref
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fleetgate.errors import LabError
-from fleetgate.lab.podman import Podman
+from fleetgate.errors import ToolError
+from fleetgate.system.podman import Podman
 
 
 def _answers(sock: Path) -> bool:
@@ -46,10 +46,10 @@ def podman_api(podman: Podman, sock: Path, log: Path, *, timeout: float = 60) ->
         while not _answers(sock):
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                raise LabError(f"podman system service exited ({proc.returncode}): {tail[0]}",
+                raise ToolError(f"podman system service exited ({proc.returncode}): {tail[0]}",
                                source="podman")
             if time.monotonic() > deadline:
-                raise LabError(f"podman API socket not answering after {timeout:.0f}s",
+                raise ToolError(f"podman API socket not answering after {timeout:.0f}s",
                                source=str(sock))
             time.sleep(0.2)
         yield f"unix://{sock}"

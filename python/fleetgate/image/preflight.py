@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from fleetgate.errors import BadInput, FleetgateError
-from fleetgate.lab.podman import LABEL, Podman
 from fleetgate.spec.schema import NodeClass
+from fleetgate.system.podman import LABEL, Podman
+from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
 
 APT_UPDATE_FAILED = 90
 
@@ -55,7 +56,8 @@ def check_kernel_installable(podman: Podman, base_ref: str, nc: NodeClass,
     apt sources the build will use."""
     packages = kernel_packages(nc)
     proc = podman("run", "--rm", "--label", f"{LABEL}=image-preflight", "--entrypoint",
-                  "/bin/sh", base_ref, "-c", simulate_script(packages), timeout=600, check=False)
+                  "/bin/sh", base_ref, "-c", simulate_script(packages),
+                  timeout=SLOW_STEP_TIMEOUT_S, check=False)
     if proc.returncode == APT_UPDATE_FAILED:
         raise FleetgateError(f"apt-get update failed in the base image: {apt_error(proc.stderr)}",
                              source=base_ref)

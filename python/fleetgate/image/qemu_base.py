@@ -1,4 +1,4 @@
-"""The base disk of a qemu build here: the lab's VM rootfs with Debian's stock cloud kernel.
+"""The base disk of a qemu build here: the VM base rootfs with Debian's stock cloud kernel.
 
 In production the qemu source starts from a cloud image (`qemu_base_image`, with cloud-init
 or a prepared key). Here it starts from what the lab boots: an ext4 disk made by
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.image.provenance import sha256_file
-from fleetgate.lab import vm_hosts
-from fleetgate.lab.procs import require_tool, run
-from fleetgate.lab.rootfs import RootfsRecipe, extract, rootfs_tar
 from fleetgate.spec.schema import NodeClass
+from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S, require_tool, run
+from fleetgate.system.recipes import VM_BASE_PACKAGES, VM_HOOKS
+from fleetgate.system.rootfs import RootfsRecipe, extract, rootfs_tar
 
 STOCK_KERNEL = "linux-image-cloud-amd64"
 DISK_SIZE_MB = 6144
@@ -57,8 +57,8 @@ class QemuBase:
 
 
 def qemu_recipe(nc: NodeClass) -> RootfsRecipe:
-    return RootfsRecipe(suite=nc.os.release, packages=(*vm_hosts.VM_BASE_PACKAGES, STOCK_KERNEL),
-                        hooks=vm_hosts.VM_HOOKS)
+    return RootfsRecipe(suite=nc.os.release, packages=(*VM_BASE_PACKAGES, STOCK_KERNEL),
+                        hooks=VM_HOOKS)
 
 
 def _link_target(root: Path, link: str) -> Path:
@@ -87,6 +87,6 @@ def make_qemu_base(nc: NodeClass, workdir: Path) -> QemuBase:
     shutil.copy2(_link_target(staging, "initrd.img"), initrd)
     disk = workdir / "base.raw"
     run([require_tool("mkfs.ext4", "e2fsprogs"), "-q", "-F", "-L", "fleetgate-root", "-d",
-         str(staging), str(disk), f"{DISK_SIZE_MB}M"], timeout=600)
+         str(staging), str(disk), f"{DISK_SIZE_MB}M"], timeout=SLOW_STEP_TIMEOUT_S)
     shutil.rmtree(staging, ignore_errors=True)
     return QemuBase(disk, sha256_file(disk), kernel, initrd, key, recipe)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fleetgate.errors import BadInput
 from fleetgate.image.provenance import sha256_file
-from fleetgate.lab.procs import require_tool, run
+from fleetgate.system.procs import require_tool, run
 
 
 def stanza(control: str, filename: str, size: int, sha256: str) -> str:

@@ -8,42 +8,14 @@ from __future__ import annotations
 
 from fleetgate.lab.keys import host_key
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.podman import LABEL, Podman
-from fleetgate.lab.rootfs import RootfsRecipe, rootfs_tar
 from fleetgate.lab.state import LabHost
 from fleetgate.spec.schema import NodeClass
-
-SSHD_HOOKS = (
-    'rm -f "$1"/etc/ssh/ssh_host_*',
-    'mkdir -p "$1"/run/sshd "$1"/root/.ssh',
-    'printf "PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n"'
-    ' > "$1"/etc/ssh/sshd_config.d/fleetgate-lab.conf',
-)
-
-CONTAINER_PACKAGES = (
-    "openssh-server", "python3", "python3-apt", "iproute2", "procps", "ca-certificates",
-)
-
-
-def base_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:
-    # Lab hosts get the class's pinned kernel image with the base, as a host built from the
-    # previous golden image has it: containers never boot it, and unpacking it (and its
-    # initramfs) into every container on every apply-class is most of what a lab rollout
-    # would time. A golden image build starts without it: installing it is what it proves.
-    k = nc.kernel
-    kernel = (f"linux-image-{k.abi}={k.package_version}",) if with_kernel else ()
-    return RootfsRecipe(suite=nc.os.release, packages=(*CONTAINER_PACKAGES, *kernel),
-                        hooks=SSHD_HOOKS)
+from fleetgate.system.podman import LABEL, Podman
+from fleetgate.system.recipes import container_recipe, import_base
 
 
 def ensure_base_image(podman: Podman, nc: NodeClass) -> str:
-    recipe = base_recipe(nc)
-    ref = f"localhost/fleetgate-lab-base:{recipe.key()}"
-    if not podman.image_exists(ref):
-        tar = rootfs_tar(recipe)
-        podman("import", "--change", 'CMD ["/usr/sbin/sshd", "-D", "-e"]', str(tar), ref,
-               timeout=300)
-    return ref
+    return import_base(podman, container_recipe(nc))
 
 
 def container_name(paths: LabPaths, host: str) -> str:

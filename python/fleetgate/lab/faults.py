@@ -23,11 +23,11 @@ import os
 from fleetgate.errors import BadInput
 from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.podman import Podman
-from fleetgate.lab.procs import require_tool, run
 from fleetgate.lab.state import FaultKind, LabHost
 from fleetgate.lab.vm_hosts import monitor_command, start_vm, stop_vm
 from fleetgate.spec.loader import resolve_class
+from fleetgate.system.podman import Podman
+from fleetgate.system.procs import require_tool, run
 
 THROTTLED_CPUS = "0.05"
 HANG_TOOLS = ("lscpu", "nvidia-smi", "amd-smi", "rocm-smi")

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgate.errors import BadInput, LabError
+from fleetgate.errors import BadInput, LabError, ToolError
 from fleetgate.lab import container_hosts, vm_hosts
 from fleetgate.lab.faults import heal, inject
 from fleetgate.lab.inventory import write_inventory
@@ -21,12 +21,13 @@ from fleetgate.lab.keys import (
     write_known_hosts,
 )
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.podman import Podman
 from fleetgate.lab.ports import free_port, is_listening
-from fleetgate.lab.procs import pid_alive, run
 from fleetgate.lab.state import FaultKind, LabHost, LabState, load_state, save_state
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
+from fleetgate.system.podman import Podman
+from fleetgate.system.procs import pid_alive, run
+from fleetgate.system.recipes import vm_recipe
 
 CONTAINER_SSH_TIMEOUT = 60.0
 VM_SSH_TIMEOUT = 300.0  # TCG boots take ~20 s idle, far longer on a busy 2-core machine
@@ -71,7 +72,7 @@ def _plan_hosts(
 def ssh_ok(paths: LabPaths, port: int, timeout: float = 10) -> bool:
     try:
         proc = run(ssh_argv(paths, port, "true"), timeout=timeout, check=False)
-    except LabError:
+    except ToolError:
         return False
     return proc.returncode == 0
 
@@ -122,7 +123,7 @@ def up(
             state.hosts += _plan_hosts(
                 paths, containers, "container", cnc, image, "lab-c", ports, 0)
         if vms:
-            key = vm_image or vm_hosts.vm_recipe(vnc).key()
+            key = vm_image or vm_recipe(vnc).key()
             state.hosts += _plan_hosts(paths, vms, "vm", vnc, key, "lab-v", ports, containers)
         write_known_hosts(paths, {h.port: host_key(paths, h.name) for h in state.hosts})
         save_state(paths.state, state)

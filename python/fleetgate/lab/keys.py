@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.procs import require_tool, run
+from fleetgate.system.procs import require_tool, run
 
 
 def _keygen(path: Path, comment: str) -> None:

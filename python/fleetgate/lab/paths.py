@@ -16,14 +16,6 @@ def default_lab_dir() -> Path:
     return Path(env).resolve() if env else repo_root() / ".fleetgate" / "lab"
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("FLEETGATE_CACHE_DIR")
-    if env:
-        return Path(env).resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fleetgate"
-
-
 @dataclass(frozen=True)
 class LabPaths:
     root: Path

@@ -19,10 +19,11 @@ from pathlib import Path
 from fleetgate.errors import LabError
 from fleetgate.lab.keys import host_key
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.procs import pid_alive, require_tool, run
-from fleetgate.lab.rootfs import RootfsRecipe, extract, rootfs_tar
 from fleetgate.lab.state import LabHost
 from fleetgate.spec.schema import NodeClass
+from fleetgate.system.procs import pid_alive, require_tool, run
+from fleetgate.system.recipes import vm_recipe
+from fleetgate.system.rootfs import extract, rootfs_tar
 
 DISK_SIZE = "4G"
 
@@ -32,39 +33,6 @@ DISK_SIZE = "4G"
 # Debian's default: this file is written into lab disks only.
 LAB_INITRAMFS_CONF = "etc/initramfs-tools/conf.d/fleetgate-lab.conf"
 LAB_INITRAMFS_TEXT = "# fleetgate lab VM (emulated, virtio only)\nMODULES=dep\n"
-
-VM_HOOKS = (
-    'rm -f "$1"/etc/ssh/ssh_host_*',
-    'mkdir -p "$1"/root/.ssh "$1"/etc/systemd/network',
-    'printf "PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n"'
-    ' > "$1"/etc/ssh/sshd_config.d/fleetgate-lab.conf',
-    'printf "[Match]\\nName=eth0\\n\\n[Network]\\nDHCP=ipv4\\n"'
-    ' > "$1"/etc/systemd/network/10-eth0.network',
-    'printf "nameserver 10.0.2.3\\n" > "$1"/etc/resolv.conf',
-    'printf "/dev/vda / ext4 rw,errors=remount-ro 0 1\\n" > "$1"/etc/fstab',
-    'chroot "$1" systemctl enable systemd-networkd ssh',
-)
-
-VM_BASE_PACKAGES = (
-    "systemd-sysv", "udev", "kmod", "dbus", "initramfs-tools", "openssh-server", "python3",
-    "python3-apt", "iproute2", "procps", "ca-certificates", "e2fsprogs",
-)
-
-
-def vm_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:
-    """Lab VMs get the class's pinned kernel (and what DKMS needs) with the base; a golden
-    image build starts without them: installing them is what it proves."""
-    k = nc.kernel
-    packages = list(VM_BASE_PACKAGES)
-    if not with_kernel:
-        return RootfsRecipe(suite=nc.os.release, packages=tuple(packages), hooks=VM_HOOKS)
-    packages.append(f"linux-image-{k.abi}={k.package_version}")
-    if nc.dkms:
-        # DKMS needs the headers of every kernel it builds for; the lab image carries them so
-        # roles under test spend their time building modules, not unpacking gcc under TCG.
-        packages += [f"linux-headers-{k.abi}={k.package_version}", "dkms"]
-    return RootfsRecipe(suite=nc.os.release, packages=tuple(packages), hooks=VM_HOOKS)
-
 
 def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
     """Build this VM's disk: cached rootfs (or a golden image's rootfs tar) + its own hostname,

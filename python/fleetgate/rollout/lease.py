@@ -15,8 +15,8 @@ import threading
 import time
 
 from fleetgate.errors import FleetgateError
-from fleetgate.lab.procs import pid_alive
 from fleetgate.rollout.journal import Journal
+from fleetgate.system.procs import pid_alive
 
 
 class LeaseHeld(FleetgateError):

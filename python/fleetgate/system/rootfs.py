@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetgate.lab.paths import cache_dir
-from fleetgate.lab.procs import require_tool, run
+from fleetgate.system.cache import cache_dir
+from fleetgate.system.procs import require_tool, run
 
 RECIPE_VERSION = 1  # bump when the meaning of hooks changes without their text changing
 

@@ -1,4 +1,5 @@
-"""podman as the lab's container engine, always under the lab's own CONTAINERS_CONF.
+"""podman as the container engine of the lab and of image builds, always under a
+CONTAINERS_CONF fleetgate writes itself.
 
 Rootful podman here needs runc (crun fails) and explicit ulimits; see DESIGN.md.
 """
@@ -9,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from fleetgate.lab.procs import require_tool, run
+from fleetgate.system.procs import require_tool, run
 
 CONTAINERS_CONF = """\
 # Written by fleetgate lab. Rootful podman on these hosts needs runc and explicit ulimits.
@@ -20,6 +21,8 @@ default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
 runtime = "runc"
 """
 
+# Everything fleetgate leaves in podman carries this label (lab containers, imported images),
+# so cleanup can find it; the value predates the system layer and stays for existing stores.
 LABEL = "io.fleetgate.lab"
 
 

@@ -1,4 +1,4 @@
-"""Subprocess helpers for the lab: every external command has a timeout and a readable error."""
+"""Subprocess helpers: every external command has a timeout and a readable one-line error."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from fleetgate.errors import LabError
+from fleetgate.errors import ToolError
+
+# The limit for one slow local step: a podman import of a rootfs tar, mkfs of a multi-GiB disk,
+# an apt simulation in a fresh container, hole-punching a finished disk. Generous on a loaded
+# disk, yet a wedged tool still ends the command.
+SLOW_STEP_TIMEOUT_S = 600
 
 
 def require_tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise LabError(f"{name} not found on PATH (install the Debian package {package})",
-                       source=name)
+        raise ToolError(f"{name} not found on PATH (install the Debian package {package})",
+                        source=name)
     return path
 
 
@@ -32,14 +37,14 @@ def run(
             input=input_text, check=False,
         )
     except subprocess.TimeoutExpired:
-        raise LabError(f"timed out after {timeout:.0f}s", source=argv[0],
-                       field=" ".join(argv[1:3])) from None
+        raise ToolError(f"timed out after {timeout:.0f}s", source=argv[0],
+                        field=" ".join(argv[1:3])) from None
     except FileNotFoundError:
-        raise LabError("command not found", source=argv[0]) from None
+        raise ToolError("command not found", source=argv[0]) from None
     if check and proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise LabError(f"exit {proc.returncode}: {tail[0]}", source=argv[0],
-                       field=" ".join(argv[1:3]))
+        raise ToolError(f"exit {proc.returncode}: {tail[0]}", source=argv[0],
+                        field=" ".join(argv[1:3]))
     return proc
 
 
