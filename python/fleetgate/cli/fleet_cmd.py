@@ -20,7 +20,8 @@ from fleetgate.triage.fleetstate import Selection, read_states, select
 
 app = typer.Typer(help="Operations on hosts, through ansible-runner.", no_args_is_help=True)
 
-InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")]
+InventoryOpt = Annotated[list[Path], typer.Option(
+    "--inventory", "-i", help="Ansible inventory source (file, directory, script), repeatable.")]
 PLAYBOOK_RE = re.compile(r"^[A-Za-z0-9_./-]{1,300}$")
 LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 
@@ -202,7 +203,7 @@ def cache_key_command(
     engines = parse_engines(engine or [])
     sel = select(inventory, host)
     if host not in sel.classes:
-        raise BadInput("no such host in the inventory", source=str(inventory), field=host)
+        raise BadInput("no such host in the inventory", source=sel.inventory.label, field=host)
     nc = sel.classes[host]
     if nc is None:
         raise BadInput("the host has no fleetgate_class, so no backend to key by",

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
+from fleetgate.runner.inventory import LIMIT_RE, Inventory, resolve_inventory
 from fleetgate.smoke import run_smoke
 from fleetgate.smoke.model import CheckResult
-from fleetgate.smoke.runner import select_hosts
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 
@@ -132,7 +132,7 @@ def choose_hosts(hostvars: dict[str, dict[str, Any]], node_class: str | None, ev
         name = hostvars[host].get("fleetgate_class")
         if not name or (node_class is not None and name != node_class):
             continue
-        if not ansible.LIMIT_RE.fullmatch(host) or "*" in host:
+        if not LIMIT_RE.fullmatch(host) or "*" in host:
             raise BadInput("host name cannot be passed to Ansible as a pattern",
                            source="inventory", field=repr(host))
         if name not in classes:
@@ -144,7 +144,7 @@ def choose_hosts(hostvars: dict[str, dict[str, Any]], node_class: str | None, ev
     return {n: (classes[n], hosts if every else hosts[:1]) for n, hosts in members.items()}
 
 
-def _import_stack(inventory: Path, stacks: dict[str, list[str]], hosts_of: dict[str, str]
+def _import_stack(inventory: Inventory, stacks: dict[str, list[str]], hosts_of: dict[str, str]
                   ) -> tuple[dict[str, HostWarmup], str]:
     """One ad-hoc run per distinct stack (normally one); host -> its imports."""
     out: dict[str, HostWarmup] = {}
@@ -180,13 +180,13 @@ def _import_stack(inventory: Path, stacks: dict[str, list[str]], hosts_of: dict[
 
 def warmup(inventory: Path, *, node_class: str | None = None, every: bool = False,
            stack: list[str] | None = None, forks: int = 20) -> WarmupRun:
-    inv = ansible.validate_inventory(inventory)
+    inv = resolve_inventory(inventory)
     if node_class is not None:
         resolve_class(node_class)  # an unknown class is bad input before anything runs
-    chosen = choose_hosts(select_hosts(inv, None), node_class, every)
+    chosen = choose_hosts(inv.hostvars, node_class, every)
     if not chosen:
         raise BadInput("no host of " + (f"class {node_class}" if node_class else "any class"),
-                       source=str(inventory))
+                       source=inv.label)
     stacks = {n: stack if stack is not None else DEFAULT_STACK[nc.accelerator.backend]
               for n, (nc, _) in chosen.items()}
     hosts_of = {h: n for n, (_, hosts) in chosen.items() for h in hosts}

@@ -380,8 +380,9 @@ def inventory_path(plan: RolloutPlan, plan_file: Path, override: Path | None) ->
     else:
         raw = Path(plan.targets.inventory).expanduser()
         p = raw if raw.is_absolute() else plan_file.parent / raw
-    if not p.is_file():
-        raise BadInput("no such inventory file", source=str(p),
+    # A file or a directory (group_vars, host_vars, several files): whatever Ansible reads.
+    if not (p.is_file() or p.is_dir()):
+        raise BadInput("no such inventory file or directory", source=str(p),
                        field=None if override else "targets.inventory")
     return p.resolve()
 

@@ -10,11 +10,10 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.plan import RolloutPlan, Waves
-from fleetgate.smoke.runner import inventory_list
+from fleetgate.runner.inventory import resolve_inventory
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 DOMAIN_VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
@@ -41,31 +40,14 @@ class Assignment:
         raise KeyError(host)
 
 
-def _members(doc: dict[str, Any], group: str, seen: set[str] | None = None) -> set[str]:
-    seen = seen if seen is not None else set()
-    if group in seen:
-        return set()
-    seen.add(group)
-    entry = doc.get(group) or {}
-    out = set(entry.get("hosts") or [])
-    for child in entry.get("children") or []:
-        out |= _members(doc, child, seen)
-    return out
-
-
 def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
     """Hosts the plan targets, with their class and failure-domain values, as Ansible sees them
     (vars plugins included). Every name and domain value is checked before it can reach a
     command line as a `--limit`."""
     limit = ":".join(plan.targets.patterns) or None
-    doc = inventory_list(inventory, limit)
-    hostvars = doc.get("_meta", {}).get("hostvars", {})
-    groups_of: dict[str, list[str]] = {}
-    for group in doc:
-        if group == "_meta":
-            continue
-        for h in _members(doc, group):
-            groups_of.setdefault(h, []).append(group)
+    inv = resolve_inventory(inventory, limit)
+    hostvars = inv.hostvars
+    groups_of = inv.groups_of()
     keys = set(plan.waves.diversity)
     if plan.budgets.per_domain is not None:
         keys.add(plan.budgets.per_domain.key)
@@ -74,7 +56,7 @@ def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
         if not HOST_RE.fullmatch(name):
             raise BadInput("host name has characters outside [A-Za-z0-9_.-]", source=str(inventory),
                            field=f"hosts.{name!r}")
-        hv = hostvars[name] or {}
+        hv = hostvars[name]
         cls = hv.get("fleetgate_class")
         if plan.targets.node_class is not None and cls != plan.targets.node_class:
             continue

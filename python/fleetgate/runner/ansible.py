@@ -21,10 +21,9 @@ from typing import Any, Literal
 
 import ansible_runner
 
-from fleetgate.errors import BadInput
-from fleetgate.spec.loader import read_yaml, repo_root
+from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
+from fleetgate.spec.loader import repo_root
 
-LIMIT_RE = re.compile(r"^[A-Za-z0-9_.:*,!&\[\]-]{1,500}$")
 HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.IGNORECASE)
 
@@ -55,25 +54,6 @@ class RunResult:
 def state_dir() -> Path:
     env = os.environ.get("FLEETGATE_STATE_DIR")
     return Path(env).resolve() if env else repo_root() / ".fleetgate"
-
-
-def validate_limit(limit: str | None) -> str | None:
-    if limit is None:
-        return None
-    if not LIMIT_RE.fullmatch(limit):
-        raise BadInput("host pattern has characters outside [A-Za-z0-9_.:*,!&[]-]",
-                       source="--limit", field=repr(limit))
-    return limit
-
-
-def validate_inventory(path: Path) -> Path:
-    """Parse the inventory ourselves first: a broken file is a one-line error, not a traceback
-    from deep inside Ansible after a run dir was already made."""
-    data = read_yaml(path)
-    if not isinstance(data, dict) or not isinstance(data.get("all", {}), dict):
-        raise BadInput("an inventory must be a YAML mapping with an 'all' group",
-                       source=path, field="(top level)")
-    return path.resolve()
 
 
 def redact(obj: Any) -> Any:
@@ -114,7 +94,7 @@ def _env(forks: int) -> dict[str, str]:
 
 def run(
     *,
-    inventory: Path,
+    inventory: Sources | Inventory,
     playbook: Path | None = None,
     module: str | None = None,
     module_args: str = "",
@@ -132,8 +112,11 @@ def run(
     back afterwards (ansible-runner installs its own and never restores them)."""
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
-    inv = validate_inventory(inventory)
+    # Resolved once per command (and kept): a source Ansible cannot parse is one line of bad
+    # input here, not a traceback from deep inside Ansible after a run dir was made.
+    inv = inventory if isinstance(inventory, Inventory) else resolve_inventory(inventory)
     limit = validate_limit(limit)
+    sources = inv.runner_sources()
     kind = playbook.stem if playbook else f"adhoc-{module}"
     run_dir = _new_run_dir(kind, runs_base)
     events_path = run_dir / "events.jsonl"
@@ -157,7 +140,7 @@ def run(
 
         kwargs: dict[str, Any] = {
             "private_data_dir": str(run_dir),
-            "inventory": str(inv),
+            "inventory": sources[0] if len(sources) == 1 else sources,
             "envvars": {**_env(forks), **(env or {})},
             "extravars": dict(extravars or {}),
             "quiet": True,

@@ -21,18 +21,6 @@ ProbeStatus = Literal["ok", "error", "timeout", "skipped", "unreachable", "malfo
 RESULT_SCHEMA = "fleetgate.smoke.result/v1"
 
 
-def plain_ansible_json(obj: Any) -> Any:
-    """ansible-inventory --list (ansible-core 2.19) wraps untrusted strings, such as a vars
-    plugin's values, as {"__ansible_unsafe": "..."}; the suite wants plain data."""
-    if isinstance(obj, dict):
-        if len(obj) == 1 and ("__ansible_unsafe" in obj or "__ansible_vault" in obj):
-            return next(iter(obj.values()))
-        return {k: plain_ansible_json(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [plain_ansible_json(v) for v in obj]
-    return obj
-
-
 class ProbeReport(BaseModel):
     """The one JSON object a probe prints (roles/smoke_probes/files/probes/README.txt)."""
 

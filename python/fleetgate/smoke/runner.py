@@ -24,12 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
-from fleetgate.runner.ansible import state_dir, validate_inventory, validate_limit
+from fleetgate.runner.ansible import state_dir
+from fleetgate.runner.inventory import (
+    Inventory,
+    Sources,
+    ansible_env,
+    resolve_inventory,
+    validate_limit,
+)
 from fleetgate.smoke.judge import apply_relative, unmeasured
-from fleetgate.smoke.model import CheckResult, SmokeRun, plain_ansible_json
+from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.probeset import PROBES_DIR, host_budget_s
 from fleetgate.smoke.thresholds import CHECKS, Check, Plan, resolve
-from fleetgate.spec.loader import repo_root, resolve_class
+from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 
 SUITE_DIR = Path(__file__).with_name("suite")
@@ -45,47 +52,6 @@ def parse_only(only: str | Sequence[str] | None) -> list[Check]:
         raise BadInput(f"unknown check {', '.join(unknown) or '(empty)'} "
                        f"(known: {', '.join(CHECKS)})", source="--only")
     return [c for c in CHECKS if c in names]
-
-
-def ansible_env() -> dict[str, str]:
-    bindir = str(Path(sys.executable).parent)
-    root = repo_root()
-    return {**os.environ,
-            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "FLEETGATE_HOME": str(root),
-            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-            "ANSIBLE_HOST_KEY_CHECKING": "True",
-            "ANSIBLE_NOCOLOR": "1",
-            "PYTHONDONTWRITEBYTECODE": "1"}
-
-
-def inventory_list(inventory: Path, limit: str | None) -> dict[str, Any]:
-    """`ansible-inventory --list` as plain data: groups, hosts and their variables as Ansible
-    resolves them (vars plugins included)."""
-    argv = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory),
-            "--list"]
-    if limit:
-        argv += ["--limit", limit]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                              env=ansible_env(), check=False)
-    except subprocess.TimeoutExpired:
-        raise BadInput("ansible-inventory did not answer in 120s", source=str(inventory)) from None
-    if proc.returncode != 0:
-        tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
-        raise BadInput(f"ansible-inventory failed: {tail}", source=str(inventory))
-    try:
-        doc: dict[str, Any] = plain_ansible_json(json.loads(proc.stdout))
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"ansible-inventory printed no JSON: {exc}", source=str(inventory)) from None
-    return doc
-
-
-def select_hosts(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
-    """Host -> its inventory variables (vars plugins included), as Ansible resolves them."""
-    hostvars: dict[str, dict[str, Any]] = inventory_list(inventory, limit).get(
-        "_meta", {}).get("hostvars", {})
-    return dict(sorted(hostvars.items()))
 
 
 def _class_of(hv: dict[str, Any], cache: dict[str, tuple[NodeClass, Plan]],
@@ -134,7 +100,7 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
 
 
 def run_smoke(
-    inventory: Path,
+    inventory: Sources | Inventory,
     *,
     limit: str | None = None,
     node_class: str | None = None,
@@ -147,7 +113,6 @@ def run_smoke(
 ) -> SmokeRun:
     """Run the smoke suite on every matching host in parallel; never raises for a host that
     fails or cannot be reached (those are results), only for bad input (BadInput)."""
-    inv = validate_inventory(inventory)
     limit = validate_limit(limit)
     checks = parse_only(only)
     if forks < 1:
@@ -156,7 +121,8 @@ def run_smoke(
         resolve_class(node_class, classes)  # an unknown class: bad input before anything runs
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
-    hostvars = select_hosts(inv, limit)
+    inv = resolve_inventory(inventory, limit)
+    hostvars = inv.hostvars
     cache: dict[str, tuple[NodeClass, Plan]] = {}
     selected: dict[str, tuple[NodeClass, Plan] | None] = {}
     for host, hv in hostvars.items():
@@ -166,18 +132,19 @@ def run_smoke(
         selected[host] = cls
     if not selected:
         raise BadInput("no hosts match" + (f" class {node_class}" if node_class else ""),
-                       source=str(inventory), field=f"--limit {limit}" if limit else None)
+                       source=inv.label, field=f"--limit {limit}" if limit else None)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     run_dir = (runs_base or state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True)
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    suite_inventory = inv.single_source(run_dir)
 
     def one(host: str) -> list[CheckResult]:
         cls = selected[host]
         if cls is None:
             return [unmeasured(host, c, "not-run", "host has no fleetgate_class") for c in checks]
         nc, plan = cls
-        got, meta = _run_host(host, inv, checks, run_dir, host_budget_s(checks, plan),
+        got, meta = _run_host(host, suite_inventory, checks, run_dir, host_budget_s(checks, plan),
                               probes_dir, classes)
         done = {r.check for r in got}
         for c in checks:
@@ -201,7 +168,7 @@ def run_smoke(
     run = SmokeRun(
         schema="fleetgate.smoke.result/v1", started_at=started_at,
         finished_at=datetime.now(UTC), wall_s=round(time.monotonic() - t0, 3),
-        inventory=str(inv), limit=limit, node_class=node_class, checks=checks,
+        inventory=inv.label, limit=limit, node_class=node_class, checks=checks,
         hosts=list(selected), results=results, run_dir=str(run_dir))
     (run_dir / "result.json").write_text(run.to_json())
     return run

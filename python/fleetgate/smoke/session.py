@@ -19,8 +19,9 @@ import pytest
 from testinfra.host import Host
 
 from fleetgate.errors import FleetgateError
+from fleetgate.runner.inventory import plain_ansible_json
 from fleetgate.smoke.judge import judge, unmeasured
-from fleetgate.smoke.model import CheckResult, parse_probe_output, plain_ansible_json
+from fleetgate.smoke.model import CheckResult, parse_probe_output
 from fleetgate.smoke.probeset import probe_files, remote_command, set_version
 from fleetgate.smoke.thresholds import Check, Plan, resolve
 from fleetgate.spec.loader import resolve_class

@@ -10,7 +10,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.smoke.runner import select_hosts
+from fleetgate.runner.inventory import resolve_inventory, validate_limit
 from fleetgate.spec.loader import repo_root, resolve_class
 from fleetgate.triage import evidence
 from fleetgate.triage.model import Walk
@@ -69,13 +69,13 @@ def diagnose(inventory: Path, limit: str, *, command_timeout: int = 10,
              runs_base: Path | None = None) -> DiagnoseRun:
     """Bad input raises BadInput before any host is touched; an unreachable host or a broken
     collector is an inconclusive walk, never an exception."""
-    inv = ansible.validate_inventory(inventory)
-    ansible.validate_limit(limit)
+    validate_limit(limit)
     if not 1 <= command_timeout <= 120:
         raise BadInput("must be between 1 and 120", source="--command-timeout")
-    hostvars = select_hosts(inv, limit)
+    inv = resolve_inventory(inventory, limit)
+    hostvars = inv.hostvars
     if not hostvars:
-        raise BadInput("no host in the inventory matches", source=str(inventory),
+        raise BadInput("no host in the inventory matches", source=inv.label,
                        field=f"--limit {limit}")
     targets = {h: target_of(hv, h) for h, hv in hostvars.items()}
     stdout: dict[str, str] = {}

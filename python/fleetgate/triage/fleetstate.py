@@ -13,7 +13,7 @@ from typing import Any
 from fleetgate.errors import BadInput
 from fleetgate.image.manifest import ENGINE_PACKAGES
 from fleetgate.runner import ansible
-from fleetgate.smoke.runner import select_hosts
+from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory
 from fleetgate.spec.loader import repo_root, resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.triage import evidence
@@ -75,18 +75,17 @@ def _identity(text: Any) -> evidence.Collection | None:
 
 @dataclass
 class Selection:
-    inventory: Path
+    inventory: Inventory
     limit: str | None
     classes: dict[str, NodeClass | None]  # host -> class
 
 
-def select(inventory: Path, limit: str | None) -> Selection:
+def select(inventory: Sources, limit: str | None) -> Selection:
     """Hosts and their classes, all validated; nothing has run on any host yet."""
-    inv = ansible.validate_inventory(inventory)
-    ansible.validate_limit(limit)
-    hostvars = select_hosts(inv, limit)
+    inv = resolve_inventory(inventory, limit)
+    hostvars = inv.hostvars
     if not hostvars:
-        raise BadInput("no host in the inventory matches", source=str(inventory),
+        raise BadInput("no host in the inventory matches", source=inv.label,
                        field=f"--limit {limit}" if limit else None)
     return Selection(inv, limit, classes_of(hostvars))
 
