@@ -6,7 +6,13 @@ so nothing downstream ever runs on input that failed validation.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class FleetgateError(Exception):
@@ -42,3 +48,61 @@ class ToolError(FleetgateError):
     out. The lab and image builds both run them; neither owns the failure."""
 
     exit_code = 4
+
+
+_PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            # An unknown key is user input: quote anything odd so the line stays one line.
+            text = part if _PLAIN_KEY_RE.fullmatch(part) else repr(part)
+            out += f".{text}" if out else text
+    return out or "(top level)"
+
+
+def pydantic_reason(err: Any) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] in ("extra_forbidden",):
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"].endswith("_type") or err["type"] == "model_type":
+        got = type(err.get("input")).__name__
+        hint = " (quote version strings in YAML)" if got in ("float", "int") else ""
+        return f"{msg}, got {got}{hint}"
+    if err["type"] == "string_pattern_mismatch":
+        return f"value {err['input']!r} is not allowed: {msg}"
+    return msg
+
+
+def validation_error(exc: ValidationError, source: str | Path, *, prefix: str = "",
+                     what: str = "") -> BadInput:
+    """A pydantic ValidationError as one BadInput line: the first error's field and reason,
+    with a count of the rest. `prefix` is where the validated part sits in its file;
+    `what` names the kind of file ("corrupt lab state") ahead of the reason."""
+    errs = exc.errors()
+    first = errs[0]
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    loc = field_path(first["loc"]) if first["loc"] else ""
+    if not (prefix and loc):
+        field = prefix or loc or "(top level)"
+    else:
+        field = f"{prefix}{loc}" if loc.startswith("[") else f"{prefix}.{loc}"
+    reason = pydantic_reason(first) + more
+    return BadInput(f"{what}: {reason}" if what else reason, source=source, field=field)
+
+
+def read_input(path: Path) -> str:
+    """The text of an input file; missing, not a regular file, or unreadable is BadInput."""
+    try:
+        if not path.is_file():
+            raise BadInput("no such file" if not path.exists() else "not a regular file",
+                           source=path)
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read: {exc}", source=path) from None

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, field_path, validation_error
 from fleetgate.spec.derive import derive
-from fleetgate.spec.loader import field_path, load_all, load_class, validation_error
+from fleetgate.spec.loader import load_all, load_class
 from fleetgate.spec.schema import NodeClass
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, read_input, validation_error
 
 HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 HostName = Annotated[str, StringConstraints(pattern=HOST_NAME_RE)]
@@ -52,9 +52,9 @@ def load_state(path: Path) -> LabState | None:
     if not path.exists():
         return None
     try:
-        return LabState.model_validate_json(path.read_text())
+        return LabState.model_validate_json(read_input(path))
     except ValidationError as exc:
-        raise BadInput(f"corrupt lab state: {exc.errors()[0]['msg']}", source=path) from None
+        raise validation_error(exc, path, what="corrupt lab state") from None
 
 
 def save_state(path: Path, state: LabState) -> None:

@@ -17,8 +17,8 @@ from typing import Annotated
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from fleetgate.errors import BadInput
-from fleetgate.spec.loader import read_yaml, validation_error
+from fleetgate.errors import BadInput, validation_error
+from fleetgate.spec.loader import read_yaml
 
 # `--backend` values that allow no GPU vendor at all; a table may not define a vendor so named.
 NO_GPU_BACKENDS = ("cpu", "none")

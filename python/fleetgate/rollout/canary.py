@@ -59,8 +59,7 @@ from pydantic import (
 # line clean once it is.
 from scipy.stats import mannwhitneyu  # type: ignore[import-untyped, unused-ignore]
 
-from fleetgate.errors import BadInput
-from fleetgate.spec.loader import field_path, pydantic_reason
+from fleetgate.errors import BadInput, field_path, pydantic_reason
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_ALPHA = 0.01

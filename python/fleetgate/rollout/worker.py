@@ -15,24 +15,69 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleetgate.errors import read_input, validation_error
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import ansible
+from fleetgate.runner.ansible import HostOutcome
 
 SPEC = "spec.json"
 PIDFILE = "worker.pid"
 RESULT = "result.json"
 
 
-@dataclass(frozen=True)
-class BatchOutcome:
-    host: str
-    outcome: str
-    task: str
-    message: str
+class BatchSpec(BaseModel):
+    """What the controller asks of one worker (spec.json)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rollout_id: str
+    batch_id: str
+    wave: int
+    journal: str
+    inventory: str
+    playbook: str
+    limit: str
+    extravars: dict[str, Any] = Field(default_factory=dict)
+    forks: int = Field(ge=1)
+    timeout: int = Field(ge=1)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class HostRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: HostOutcome
+    task: str = ""
+    message: str = ""
+
+
+class BatchResult(BaseModel):
+    """What the worker leaves (result.json); a worker that died leaves none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rc: int
+    status: str
+    error: str = ""
+    run_dir: str = ""
+    hosts: dict[str, HostRun] = Field(default_factory=dict)
+    wall_s: float | None = None
+
+
+_Doc = TypeVar("_Doc", BatchSpec, BatchResult)
+
+
+def _read(path: Path, model: type[_Doc], what: str) -> _Doc:
+    try:
+        return model.model_validate_json(read_input(path))
+    except ValidationError as exc:
+        raise validation_error(exc, path, what=what) from None
 
 
 def _compact(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,40 +112,41 @@ def _proc_start(pid: int) -> str:
 
 
 def run_batch(bdir: Path) -> None:
-    spec = json.loads((bdir / SPEC).read_text())
+    spec = _read(bdir / SPEC, BatchSpec, "corrupt batch spec")
     (bdir / PIDFILE).write_text(json.dumps({"pid": os.getpid(),
                                             "start": _proc_start(os.getpid())}))
-    journal = Journal(Path(spec["journal"]))
-    rid, wave = spec["rollout_id"], spec["wave"]
+    journal = Journal(Path(spec.journal))
 
     def on_event(event: dict[str, Any]) -> None:
         c = _compact(event)
         if c is not None:
-            journal.event(rid, "ansible", {"batch": spec["batch_id"], **c},
-                          host=c.get("host"), wave=wave)
+            journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **c},
+                          host=c.get("host"), wave=spec.wave)
 
     started = time.time()
     try:
-        r = ansible.run(inventory=Path(spec["inventory"]), playbook=Path(spec["playbook"]),
-                        limit=spec["limit"], extravars=spec["extravars"], forks=spec["forks"],
-                        runs_base=bdir / "runs", on_event=on_event, timeout=spec["timeout"],
-                        env=spec.get("env") or {})
-        hosts = {h: {"outcome": v.outcome, "task": v.task, "message": v.message}
-                 for h, v in r.hosts.items()}
-        doc = {"rc": r.rc, "status": r.status, "error": r.error, "run_dir": str(r.run_dir),
-               "hosts": hosts}
+        r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
+                        limit=spec.limit, extravars=spec.extravars, forks=spec.forks,
+                        runs_base=bdir / "runs", on_event=on_event, timeout=spec.timeout,
+                        env=spec.env)
+        doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
+                          hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
+                                 for h, v in r.hosts.items()})
     except Exception as exc:  # still leave a result: the controller must not guess
-        doc = {"rc": 1, "status": "error", "error": f"{type(exc).__name__}: {exc}",
-               "run_dir": "", "hosts": {}}
-    doc["wall_s"] = round(time.time() - started, 3)
+        doc = BatchResult(rc=1, status="error", error=f"{type(exc).__name__}: {exc}")
+    doc.wall_s = round(time.time() - started, 3)
     tmp = bdir / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
+    tmp.write_text(doc.model_dump_json(indent=2))
     os.replace(tmp, bdir / RESULT)
     journal.close()
 
 
-def spawn(bdir: Path, spec: dict[str, Any]) -> int:
-    (bdir / SPEC).write_text(json.dumps(spec, indent=2))
+def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any]) -> int:
+    try:
+        checked = spec if isinstance(spec, BatchSpec) else BatchSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise validation_error(exc, bdir / SPEC, what="batch spec") from None
+    (bdir / SPEC).write_text(checked.model_dump_json(indent=2))
     log = (bdir / "worker.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "fleetgate.rollout.worker", str(bdir)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -131,12 +177,19 @@ def worker_alive(bdir: Path) -> bool:
     return _proc_start(pid) == info.get("start") and _proc_start(pid) != ""
 
 
-def result(bdir: Path) -> dict[str, Any] | None:
-    try:
-        doc: dict[str, Any] = json.loads((bdir / RESULT).read_text())
-        return doc
-    except (OSError, json.JSONDecodeError):
+def read_result(bdir: Path) -> BatchResult | None:
+    """The worker's result; None while there is none. A result that does not validate is a
+    one-line error naming the file and field, never a KeyError later on."""
+    path = bdir / RESULT
+    if not path.exists():
         return None
+    return _read(path, BatchResult, "corrupt batch result")
+
+
+def result(bdir: Path) -> dict[str, Any] | None:
+    """read_result() as the plain mapping the controller indexes."""
+    doc = read_result(bdir)
+    return doc.model_dump() if doc is not None else None
 
 
 def wait(bdir: Path, *, poll_s: float = 0.5, spawned_pid: int | None = None,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, validation_error
 from fleetgate.smoke.thresholds import Check
 
 Status = Literal["pass", "fail", "inconclusive"]
@@ -52,9 +52,7 @@ def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeRepor
     try:
         return ProbeReport.model_validate(doc)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise BadInput(f"{err['msg']}", source=source, field=where) from None
+        raise validation_error(exc, source) from None
 
 
 class CheckResult(BaseModel):

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleetgate.errors import BadInput
-from fleetgate.spec.loader import read_yaml, validation_error
+from fleetgate.errors import BadInput, validation_error
+from fleetgate.spec.loader import read_yaml
 from fleetgate.spec.schema import NodeClass
 
 DATA_FILE = Path(__file__).with_name("thresholds.yml")

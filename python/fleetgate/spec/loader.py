@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, read_input, validation_error
 from fleetgate.spec import matrix
 from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
 
@@ -53,12 +53,7 @@ _UniqueKeyLoader.add_constructor(
 
 def read_yaml(path: Path) -> Any:
     """Parse one YAML document; syntax errors become `FILE: line L col C: problem`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput("no such file", source=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", source=path) from None
+    text = read_input(path)
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
@@ -70,43 +65,6 @@ def read_yaml(path: Path) -> Any:
         raise BadInput(f"YAML error: {exc}", source=path) from None
     except RecursionError:  # PyYAML composes nested collections recursively
         raise BadInput("YAML is nested too deeply", source=path, field="(top level)") from None
-
-
-_PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def field_path(loc: Iterable[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            # An unknown key is user input: quote anything odd so the line stays one line.
-            text = part if _PLAIN_KEY_RE.fullmatch(part) else repr(part)
-            out += f".{text}" if out else text
-    return out or "(top level)"
-
-
-def pydantic_reason(err: Any) -> str:
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] in ("extra_forbidden",):
-        return "unknown key"
-    if err["type"] == "missing":
-        return "required field is missing"
-    if err["type"].endswith("_type") or err["type"] == "model_type":
-        got = type(err.get("input")).__name__
-        hint = " (quote version strings in YAML)" if got in ("float", "int") else ""
-        return f"{msg}, got {got}{hint}"
-    if err["type"] == "string_pattern_mismatch":
-        return f"value {err['input']!r} is not allowed: {msg}"
-    return msg
-
-
-def validation_error(exc: ValidationError, source: Path) -> BadInput:
-    errs = exc.errors()
-    first = errs[0]
-    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return BadInput(pydantic_reason(first) + more, source=source, field=field_path(first["loc"]))
 
 
 def load_model(path: Path, model: type[M], what: str) -> M:
