@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from fleetgate.runner.ansible import state_dir
 
@@ -52,11 +52,20 @@ CREATE TABLE IF NOT EXISTS leases(
 
 ROLLOUT_STATES = ("planned", "running", "soaking", "completed", "halted", "aborted")
 TERMINAL_ROLLOUT = ("completed", "halted", "aborted")
-HOST_STATES = ("pending", "draining", "applying", "verifying", "rolling_back", "healthy",
-               "failed_held", "rolled_back", "skipped")
-IN_FLIGHT = ("draining", "applying", "verifying", "rolling_back")
-TERMINAL_HOST = ("healthy", "failed_held", "rolled_back", "skipped")
-FAILED_HOST = ("failed_held", "rolled_back")
+HostState = Literal["pending", "draining", "applying", "verifying", "rolling_back", "healthy",
+                    "failed_held", "rolled_back", "skipped"]
+HOST_STATES: tuple[HostState, ...] = get_args(HostState)
+IN_FLIGHT: tuple[HostState, ...] = ("draining", "applying", "verifying", "rolling_back")
+TERMINAL_HOST: tuple[HostState, ...] = ("healthy", "failed_held", "rolled_back", "skipped")
+FAILED_HOST: tuple[HostState, ...] = ("failed_held", "rolled_back")
+
+
+def host_state(text: str) -> HostState:
+    """A state read back from the journal: one of HOST_STATES, or the journal is corrupt."""
+    for s in HOST_STATES:
+        if s == text:
+            return s
+    raise ValueError(f"journal holds an unknown host state {text!r}")
 
 
 def default_path() -> Path:
@@ -82,7 +91,7 @@ class RolloutRow:
 class HostRow:
     host: str
     wave: int
-    state: str
+    state: HostState
     reason: str
     applies: int
     updated_at: float
@@ -184,14 +193,15 @@ class Journal:
     # ------------------------------------------------------------------------------- hosts
 
     def hosts(self, rid: str) -> dict[str, HostRow]:
-        return {r[0]: HostRow(*r) for r in self.query(
+        return {r[0]: HostRow(r[0], r[1], host_state(r[2]), *r[3:]) for r in self.query(
             "SELECT host, wave, state, reason, applies, updated_at FROM hosts"
             " WHERE rollout_id=? ORDER BY wave, host", (rid,))}
 
-    def set_host(self, rid: str, host: str, state: str, reason: str = "", **data: Any) -> None:
+    def set_host(self, rid: str, host: str, state: HostState, reason: str = "",
+                 **data: Any) -> None:
         self.set_hosts(rid, [host], state, reason, **data)
 
-    def set_hosts(self, rid: str, hosts: list[str], state: str, reason: str = "",
+    def set_hosts(self, rid: str, hosts: list[str], state: HostState, reason: str = "",
                   **data: Any) -> None:
         """One transition for several hosts, in one transaction (one fsync for a batch)."""
         assert state in HOST_STATES, state
