@@ -108,7 +108,7 @@ def test_bad_inventories_are_one_line_bad_input(tmp_path: Path, text: str, reaso
 
 
 def test_missing_and_odd_sources(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="no such inventory file or directory"):
+    with pytest.raises(BadInput, match="no such file or directory"):
         resolve_inventory(tmp_path / "nope.ini")
     with pytest.raises(BadInput, match="no inventory given"):
         resolve_inventory([])

@@ -135,7 +135,7 @@ def source_paths(inventory: Sources) -> tuple[Path, ...]:
         raise BadInput("no inventory given", source="--inventory")
     for p in paths:
         if not p.exists():
-            raise BadInput("no such inventory file or directory", source=str(p))
+            raise BadInput("no such file or directory", source=str(p))
         if not (p.is_file() or p.is_dir()):
             raise BadInput("not a regular file or directory", source=str(p))
         if not os.access(p, os.R_OK):
