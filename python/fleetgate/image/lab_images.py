@@ -1,4 +1,4 @@
-"""Lab hosts from a built image version: `fleetgate lab up --image CLASS:VERSION`.
+"""Lab hosts from a built image version: `lab up --image CLASS:VERSION` on the CLI.
 
 A container class's image (rootfs tar) is imported into podman under a tag that carries the
 artifact's hash, so a rebuilt version (--force) can never be confused with the old one. A VM
