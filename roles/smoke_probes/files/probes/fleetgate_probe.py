@@ -91,6 +91,27 @@ class Context:
         return subprocess.CompletedProcess(list(argv), got.rc, got.stdout, got.stderr)
 
 
+def import_numpy(ctx: Context) -> Any:
+    """numpy for the cpu backend's work, its version recorded; a ProbeError without it."""
+    try:
+        import numpy as np
+    except ImportError:
+        raise ProbeError("numpy is not importable (the smoke_probes role installs "
+                         "python3-numpy for cpu classes)") from None
+    ctx.tool_versions["numpy"] = np.__version__
+    return np
+
+
+def by_backend(ctx: Context, nothing: str, cpu: Callable[[Context], dict[str, Any]],
+               gpu: Callable[[Context], dict[str, Any]]) -> dict[str, Any]:
+    """The work of a probe that measures on the CPU (cpu) or the GPUs (nvidia, amd) and has
+    `nothing` to measure on backend none."""
+    backend = ctx.args.backend
+    if backend == "none":
+        return {"status": "skipped", "reason": f"backend none: {nothing}"}
+    return {"status": "ok", "metrics": cpu(ctx) if backend == "cpu" else gpu(ctx)}
+
+
 def tail(text: str | None, lines: int = 3, chars: int = 400) -> str:
     """The last lines of a tool's output, as one line."""
     if not text:
