@@ -24,7 +24,7 @@ demo: venv
 	scripts/demo.sh
 
 lint: venv
-	$(BIN)/ruff check python tests benchmarks molecule plugins roles
+	$(BIN)/ruff check python tests benchmarks molecule plugins roles playbooks
 	$(BIN)/mypy
 
 unit: venv

@@ -8,13 +8,6 @@ pins and the contents of small version files, then compares them with the plan's
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: fleetgate_hoststate
 short_description: Report running kernel, fleetgate manifest, package versions and version files
@@ -38,29 +31,25 @@ options:
 author: fleetgate
 """
 
+import json
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fleetgate_hostcmd import read_text
+from ansible.module_utils.fleetgate_hostpkg import dpkg_versions
+
 PKG_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,99}$")
 PATH_RE = re.compile(r"^(/[A-Za-z0-9._+-]+)+$")
 MAX_FILE = 4096
 
 
-def _package(name):
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}\t${Version}", name],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        return None
-    status, _, version = proc.stdout.partition("\t")
-    return version.strip() if status.startswith("ii") else None
+def _file(path: str, limit: int = MAX_FILE) -> str | None:
+    text = read_text(path, limit)
+    return text.strip() if text is not None else None
 
 
-def _file(path, limit=MAX_FILE):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-
-
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "packages": {"type": "list", "elements": "str", "default": []},
@@ -86,7 +75,7 @@ def main():
             "kernel_release": os.uname().release,
             "boot_id": _file("/proc/sys/kernel/random/boot_id"),
             "manifest": manifest,
-            "packages": {p: _package(p) for p in module.params["packages"]},
+            "packages": dpkg_versions(module.params["packages"]),
             "files": {p: _file(p) for p in module.params["files"]},
         },
     )

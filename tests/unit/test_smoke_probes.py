@@ -41,7 +41,8 @@ def mods(probes: Path) -> Iterator[dict[str, ModuleType]]:
                                                        "fleetgate_probe")}
     finally:
         sys.path.remove(str(probes))
-        for n in ("gemm", "comms", "inference", "fleetgate_probe", "fleetgate_parsers"):
+        for n in ("gemm", "comms", "inference", "fleetgate_probe", "fleetgate_parsers",
+                  "fleetgate_hostcmd"):
             sys.modules.pop(n, None)
 
 

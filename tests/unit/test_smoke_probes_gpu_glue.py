@@ -167,7 +167,7 @@ def probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     monkeypatch.setitem(sys.modules, "torch", fake_torch(devices=3))
     mods = {n: importlib.import_module(n) for n in ("gemm", "inference")}
     yield mods
-    for n in ("gemm", "inference", "fleetgate_probe", "fleetgate_parsers"):
+    for n in ("gemm", "inference", "fleetgate_probe", "fleetgate_parsers", "fleetgate_hostcmd"):
         sys.modules.pop(n, None)
 
 

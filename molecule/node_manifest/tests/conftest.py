@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from fleetgate.spec.derive import ansible_vars
 from fleetgate.spec.schema import NodeClass
 
 MANIFEST = "/etc/fleetgate/manifest.json"
+MODULE_UTILS = Path(__file__).resolve().parents[3] / "plugins" / "module_utils"
 RUNTIME_ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
 
 
@@ -54,8 +56,13 @@ def module_args(nc: NodeClass, **overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def run_module(host: Host, node_class: NodeClass) -> Callable[..., dict[str, Any]]:
+def run_module(host: Host, node_class: NodeClass,
+               monkeypatch: pytest.MonkeyPatch) -> Callable[..., dict[str, Any]]:
     """Call fleetgate_manifest on the host with the class's pins and the given overrides."""
+    # An ad-hoc call has no role around it, so the role's module_utils (fleetgate's shared host
+    # code) is not on the search path, and Molecule's generated ansible.cfg does not name
+    # plugins/module_utils.
+    monkeypatch.setenv("ANSIBLE_MODULE_UTILS", str(MODULE_UTILS))
 
     def run(**overrides: Any) -> dict[str, Any]:
         args = json.dumps(module_args(node_class, **overrides))

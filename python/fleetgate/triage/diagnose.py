@@ -83,7 +83,8 @@ def diagnose(inventory: Path, limit: str, *, command_timeout: int = 10,
     def on_event(event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_ok" and data.get("task") == COLLECT_TASK:
-            stdout[str(data.get("host"))] = str((data.get("res") or {}).get("stdout", ""))
+            stdout[str(data.get("host"))] = evidence.collection_text(
+                (data.get("res") or {}).get("collection"))
 
     result = ansible.run(inventory=inv, playbook=repo_root() / "playbooks" / "diagnose.yml",
                          limit=limit, extravars={"triage_command_timeout": command_timeout},

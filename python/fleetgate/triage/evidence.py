@@ -1,4 +1,4 @@
-"""The collector's JSON document (playbooks/triage/collect.py) and what it says once parsed.
+"""The collector's JSON document (the fleetgate_collect module) and what it says once parsed.
 
 A document that does not have the collector's shape is rejected whole (MalformedCollection);
 a single tool whose text cannot be parsed only makes that one tool "unparsed", so one odd
@@ -53,6 +53,14 @@ class Collection(BaseModel):
     env: dict[str, str]
     commands: dict[str, CommandOut]
     files: dict[str, FileOut]
+
+
+def collection_text(value: Any) -> str:
+    """The collector's document as JSON text, from the fleetgate_collect module's result
+    (a mapping) or from a saved file (text); anything else becomes text that will not load."""
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value or "")
 
 
 def load_collection(text: str) -> Collection:

@@ -66,9 +66,9 @@ def _recorded(b64: Any) -> tuple[dict[str, Any] | None, str | None]:
     return doc, None
 
 
-def _identity(text: Any) -> evidence.Collection | None:
+def _identity(value: Any) -> evidence.Collection | None:
     try:
-        return evidence.load_collection(str(text or ""))
+        return evidence.load_collection(evidence.collection_text(value))
     except evidence.MalformedCollection:
         return None  # the fingerprint from node_manifest still identifies the devices
 

@@ -31,37 +31,31 @@ class Device:
         return asdict(self)
 
 
-def _nvidia(c: Collection) -> list[Device] | None:
-    out = c.commands.get("nvidia_smi_query")
+# The collector's identity commands, per backend: command name -> parser kind.
+_IDENTITY_COMMANDS = {"nvidia": ("nvidia_smi_query", "nvidia-smi-csv"),
+                      "amd": ("amd_smi_static", "amd-smi")}
+
+
+def _collected(backend: str, c: Collection) -> list[Device] | None:
+    """The devices from the collector's identity command, read by the same identity function
+    as node_manifest's fingerprint (fleetgate.smoke.parsers.gpu_identities)."""
+    if backend not in _IDENTITY_COMMANDS:
+        return None
+    name, kind = _IDENTITY_COMMANDS[backend]
+    out = c.commands.get(name)
     if out is None or out.status != "ok":
         return None
     try:
-        rows = smoke_parsers.parse_nvidia_smi_csv(out.stdout)
+        return [Device(**d) for d in smoke_parsers.gpu_identities(kind, out.stdout)]
     except smoke_parsers.ParseError:
         return None
-    return [Device(r.get("name"), r.get("pci_id"), r.get("compute_cap"), r.get("vbios_version"),
-                   r.get("driver_version")) for r in rows]
-
-
-def _amd(c: Collection) -> list[Device] | None:
-    out = c.commands.get("amd_smi_static")
-    if out is None or out.status != "ok":
-        return None
-    try:
-        doc = smoke_parsers.parse_amd_smi_json(out.stdout)
-    except smoke_parsers.ParseError:
-        return None
-    return [Device(g.get("name"), g.get("pci_id"), g.get("gfx_version"), g.get("vbios_version"),
-                   g.get("driver_version") or doc.get("driver_version"))
-            for g in doc.get("gpus", [])]
 
 
 def devices(backend: str, identity: Collection | None,
             fingerprint: dict[str, Any] | None) -> list[Device]:
     """One entry per GPU (or one for the CPU of a cpu class); [] when nothing could be read."""
     if identity is not None:
-        found = _nvidia(identity) if backend == "nvidia" else (
-            _amd(identity) if backend == "amd" else None)
+        found = _collected(backend, identity)
         if found:
             return found
     if not fingerprint:

@@ -63,27 +63,15 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fleetgate_hostcmd import run, search_path
+from ansible.module_utils.fleetgate_hostpkg import dkms_states, dkms_status
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
 KERNEL_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+[A-Za-z0-9._+-]*$")
-# dkms 3.x: "vpoll/0.1, 6.1.0-55-cloud-amd64, x86_64: installed" or "fgbroken/1.0: added";
-# dkms 2.x wrote "vpoll, 0.1, 6.1.0-55-cloud-amd64, x86_64: installed".
-STATUS_RE = re.compile(
-    r"^(?P<name>[^,/\s]+)[/,]\s*(?P<version>[^,:\s]+)"
-    r"(?:,\s*(?P<kernel>[^,:\s]+))?(?:,\s*(?P<arch>[^,:\s]+))?:\s*(?P<state>\w+)"
-)
-
-
-def parse_status(text: str) -> dict[tuple[str, str], dict[str, str]]:
-    out: dict[tuple[str, str], dict[str, str]] = {}
-    for line in text.splitlines():
-        m = STATUS_RE.match(line.strip())
-        if not m:
-            continue
-        per_kernel = out.setdefault((m["name"], m["version"]), {})
-        if m["kernel"]:
-            per_kernel[m["kernel"]] = m["state"]
-    return out
+STATUS_TIMEOUT_S = 120.0
+# A DKMS build of the NVIDIA module takes minutes on a busy host (17 seen on 2 cores); an hour
+# means the build is wedged, and the change must fail rather than hold its host forever.
+INSTALL_TIMEOUT_S = 3600.0
 
 
 def make_log_tail(name: str, version: str, lines: int) -> str:
@@ -118,15 +106,14 @@ def main() -> None:
             module.fail_json(msg=f"refusing DKMS module {name!r} version {version!r}")
         wanted.append((name, version))
 
-    dkms = module.get_bin_path("dkms")
-    if dkms is None:
+    got, entries = dkms_status(STATUS_TIMEOUT_S)
+    if got.status == "missing":
         if wanted:
             module.fail_json(msg="dkms is not installed")
         module.exit_json(changed=False, built=[], status={})
-    rc, out, err = module.run_command([dkms, "status"])
-    if rc != 0:
-        module.fail_json(msg=f"dkms status failed: {err.strip()}")
-    status = parse_status(out)
+    if not got.ok:
+        module.fail_json(msg=f"dkms status {got.status}: {got.stderr.strip()}")
+    status = dkms_states(entries)
     for key in wanted:
         if key not in status:
             module.fail_json(msg=f"DKMS module {key[0]}/{key[1]} is not registered with DKMS "
@@ -147,10 +134,13 @@ def main() -> None:
             if module.check_mode:
                 built.append({"module": name, "version": version, "kernel": k})
                 continue
-            rc, bout, berr = module.run_command(
-                [dkms, "install", "-m", name, "-v", version, "-k", k])
-            _, after, _ = module.run_command([dkms, "status", "-m", name, "-v", version, "-k", k])
-            state = parse_status(after).get((name, version), {}).get(k, "absent")
+            inst = run(["dkms", "install", "-m", name, "-v", version, "-k", k],
+                       INSTALL_TIMEOUT_S, path=search_path())
+            rc, bout, berr = inst.rc, inst.stdout, inst.stderr
+            if inst.status == "timeout":
+                berr = f"dkms install did not finish within {INSTALL_TIMEOUT_S:.0f}s"
+            _, after = dkms_status(STATUS_TIMEOUT_S, name=name, version=version, kernel=k)
+            state = dkms_states(after).get((name, version), {}).get(k, "absent")
             if rc == 0 and state == "installed":
                 built.append({"module": name, "version": version, "kernel": k})
             else:
@@ -159,9 +149,9 @@ def main() -> None:
                     "make_log_tail": make_log_tail(name, version, p["log_lines"]),
                     "dkms_output_tail": "\n".join((bout + berr).splitlines()[-p["log_lines"]:]),
                 })
-    _, final, _ = module.run_command([dkms, "status"])
+    _, final = dkms_status(STATUS_TIMEOUT_S)
     result_status = {f"{n}/{v}": {k: s for k, s in ks.items() if k in kernels}
-                     for (n, v), ks in parse_status(final).items()}
+                     for (n, v), ks in dkms_states(final).items()}
     if failures:
         f = failures[0]
         last = [ln for ln in (f["make_log_tail"] or f["dkms_output_tail"]).splitlines()

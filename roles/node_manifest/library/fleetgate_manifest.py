@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import hashlib
 import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
 import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fleetgate_hostcmd import read_text, search_path, stdout_of
+from ansible.module_utils.fleetgate_hostpkg import dkms_status, dpkg_versions, package_list_sha256
+from ansible.module_utils.fleetgate_parsers import (
+    NVIDIA_IDENTITY_QUERY,
+    ParseError,
+    cpu_model_name,
+    fingerprint_fields,
+    gpu_identities,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -37,6 +42,26 @@ options:
     description: Name of the node class the host belongs to.
     type: str
     required: true
+  class_version:
+    description: Version of the node class, recorded as C(class_version); C(null) when unknown.
+    type: int
+  userland:
+    description: The class's userland pins.
+    type: dict
+    default: {}
+    suboptions:
+      blas:
+        description:
+          - The BLAS the C(libblas.so.3) alternative must select, C(openblas) or C(reference).
+          - C(null), an empty string or the string C(None) (what C(include_role) makes of a
+            null) mean the class pins no BLAS and the host is left alone.
+        type: str
+      cuda:
+        description: CUDA userland version (not checked).
+        type: str
+      rocm:
+        description: ROCm userland version (not checked).
+        type: str
   kernel:
     description: The class's kernel pin.
     type: dict
@@ -332,90 +357,17 @@ GRUB_ENTRY_RES = (
     re.compile(r"with Linux (\S+?)(?: \(.*\))?$"),
     re.compile(r"gnulinux-([^>\s]+?)-(?:advanced|recovery)-[0-9a-fA-F-]+$"),
 )
-# dkms 3: "name/version, kernel, arch: status"; dkms 2: "name, version, kernel, arch: status";
-# a module only added or built for no kernel: "name/version: added".
-DKMS_NEW_RE = re.compile(
-    r"^(?P<name>[^/,\s]+)/(?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?"
-    r": (?P<status>[a-z-]+)"
-)
-DKMS_OLD_RE = re.compile(
-    r"^(?P<name>[^/,\s]+), (?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^,:\s]+))?"
-    r": (?P<status>[a-z-]+)"
-)
-
-
 class Host:
-    """Read-only access to the target; every command has a timeout and may be absent."""
+    """Read-only access to the target; every command has a deadline and may be absent."""
 
-    def __init__(self, module: AnsibleModule, timeout: int) -> None:
-        self.module = module
+    def __init__(self, timeout: int) -> None:
         self.timeout = timeout
-        self.env = dict(os.environ, LC_ALL="C", LANG="C")
+        self.path = search_path()
 
-    def run(self, argv: list[str], ok_rc: tuple[int, ...] = (0,)) -> str | None:
+    def run(self, argv: list[str]) -> str | None:
         """stdout of the command, or None when the tool is missing, fails or times out."""
-        exe = self.module.get_bin_path(argv[0])
-        if exe is None:
-            return None
-        try:
-            proc = subprocess.Popen(
-                [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, errors="replace", env=self.env,
-                start_new_session=True,
-            )
-        except OSError:
-            return None
-        try:
-            out, _err = proc.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self._kill(proc)
-            return None
-        return out if proc.returncode in ok_rc else None
-
-    @staticmethod
-    def _kill(proc: subprocess.Popen[str]) -> None:
-        """Kill the command and its children. A tool stuck in the kernel (nvidia-smi on a
-        hung GPU) may not die at once: give it a moment, then leave it rather than hang."""
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
-
-
-def dpkg_versions(host: Host, packages: list[str]) -> dict[str, str | None]:
-    """Installed version of each package, None where it is not (fully) installed."""
-    found: dict[str, str | None] = dict.fromkeys(packages)
-    if not packages:
-        return found
-    # rc 1: some package unknown; the others are still printed.
-    out = host.run(
-        ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n", *packages],
-        ok_rc=(0, 1),
-    )
-    for line in (out or "").splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0] in found and parts[2] == "installed":
-            found[parts[0]] = parts[1]
-    return found
-
-
-def package_list_sha256(host: Host) -> str | None:
-    out = host.run(["dpkg-query", "-W", "-f", "${Package}=${Version}\n"])
-    if out is None:
-        return None
-    lines = sorted(line for line in out.splitlines() if line)
-    return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
+        out: str | None = stdout_of(argv, self.timeout, path=self.path)
+        return out
 
 
 def default_boot(host: Host) -> str | None:
@@ -450,14 +402,11 @@ def previous_kernel(path: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_dkms_status(text: str) -> list[dict[str, str | None]]:
-    entries = []
-    for line in text.splitlines():
-        m = DKMS_NEW_RE.match(line.strip()) or DKMS_OLD_RE.match(line.strip())
-        if m:
-            entries.append({k: m.group(k) for k in ("name", "version", "kernel", "arch",
-                                                    "status")})
-    return entries
+def dkms_entries(host: Host) -> list[dict[str, str | None]]:
+    """`dkms status` as the manifest records it: name, version, kernel, arch, status."""
+    _got, entries = dkms_status(host.timeout)
+    return [{"name": e["name"], "version": e["version"], "kernel": e["kernel"],
+             "arch": e["arch"], "status": e["state"]} for e in entries]
 
 
 def modinfo_versions(host: Host, abi: str, modules: list[str]) -> dict[str, str | None]:
@@ -470,102 +419,19 @@ def modinfo_versions(host: Host, abi: str, modules: list[str]) -> dict[str, str 
 
 
 def cpu_model() -> str | None:
-    text = read_text("/proc/cpuinfo") or ""
-    for key in ("model name", "Hardware", "cpu model", "Processor"):
-        for line in text.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key and value.strip():
-                return " ".join(value.split())
-    return None
+    name: str | None = cpu_model_name(read_text("/proc/cpuinfo") or "")
+    return name
 
 
-NOT_AVAILABLE = ("", "N/A", "[N/A]", "[Not Supported]")
-
-
-def _one(values: list[str]) -> str | None:
-    """The value every device shares; several distinct values are joined, none is None."""
-    distinct = list(dict.fromkeys(v for v in values if v not in NOT_AVAILABLE))
-    return ",".join(distinct) if distinct else None
-
-
-def parse_nvidia_smi(text: str) -> dict[str, object]:
-    """`nvidia-smi --query-gpu=name,pci.device_id,compute_cap,driver_version
-    --format=csv,noheader`: one line per GPU, pci.device_id as 0xDDDDVVVV."""
-    names, pci, caps, drivers = [], [], [], []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.rsplit(",", 3)]
-        if len(fields) != 4:
-            continue
-        name, dev, cap, drv = fields
-        names.append(name)
-        caps.append(cap)
-        drivers.append(drv)
-        if re.fullmatch(r"0x[0-9a-fA-F]{8}", dev):
-            pci.append(f"{dev[6:10].lower()}:{dev[2:6].lower()}")
-    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
-            "compute_capability": _one(caps), "driver": _one(drivers)}
-
-
-def _lower_keys(d: dict[str, object]) -> dict[str, object]:
-    return {str(k).lower(): v for k, v in d.items()}
-
-
-def _pci_id(vendor: object, device: object) -> str | None:
+def _devices(kind: str, text: str | None) -> dict[str, object] | None:
+    """The fingerprint's device fields from one tool's output; None when it said nothing."""
+    if not text:
+        return None
     try:
-        return f"{int(str(vendor), 16):04x}:{int(str(device), 16):04x}"
-    except ValueError:
+        devices = gpu_identities(kind, text)
+    except ParseError:
         return None
-
-
-def parse_amd_smi(text: str) -> dict[str, object] | None:
-    """`amd-smi static --asic --driver --json`: a list of GPUs, or {"gpu_data": [...]}."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(data, dict):
-        data = data.get("gpu_data", [])
-    if not isinstance(data, list) or not data:
-        return None
-    names, pci, caps, drivers = [], [], [], []
-    for gpu in data:
-        if not isinstance(gpu, dict):
-            continue
-        asic: Json = gpu["asic"] if isinstance(gpu.get("asic"), dict) else {}
-        driver: Json = gpu["driver"] if isinstance(gpu.get("driver"), dict) else {}
-        names.append(str(asic.get("market_name") or ""))
-        caps.append(str(asic.get("target_graphics_version") or ""))
-        drivers.append(str(driver.get("version") or ""))
-        pid = _pci_id(asic.get("vendor_id", "0x1002"), asic.get("device_id", ""))
-        if pid:
-            pci.append(pid)
-    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
-            "compute_capability": _one(caps), "driver": _one(drivers)}
-
-
-def parse_rocm_smi(text: str) -> dict[str, object] | None:
-    """`rocm-smi --showproductname --showid --showdriverversion --json`: {"cardN": {...},
-    "system": {"Driver version": ...}}; key spelling varies between ROCm releases."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    names, pci, caps = [], [], []
-    for key, card in data.items():
-        if not str(key).startswith("card") or not isinstance(card, dict):
-            continue
-        c = _lower_keys(card)
-        names.append(str(c.get("card series") or c.get("device name") or ""))
-        caps.append(str(c.get("gfx version") or ""))
-        pid = _pci_id("0x1002", c.get("device id", ""))
-        if pid:
-            pci.append(pid)
-    system: Json = data["system"] if isinstance(data.get("system"), dict) else {}
-    driver = _lower_keys(system).get("driver version")
-    return {"device_model": _one(names), "pci_ids": sorted(set(pci)),
-            "compute_capability": _one(caps), "driver": str(driver) if driver else None}
+    return fingerprint_fields(devices) if devices else None
 
 
 def fingerprint(host: Host, backend: str, runtime: str | None) -> dict[str, object]:
@@ -576,17 +442,14 @@ def fingerprint(host: Host, backend: str, runtime: str | None) -> dict[str, obje
     }
     found: dict[str, object] | None = None
     if backend == "nvidia":
-        out = host.run(["nvidia-smi",
-                        "--query-gpu=name,pci.device_id,compute_cap,driver_version",
-                        "--format=csv,noheader"])
-        found = parse_nvidia_smi(out) if out else None
+        found = _devices("nvidia-smi-csv",
+                         host.run(["nvidia-smi", NVIDIA_IDENTITY_QUERY, "--format=csv"]))
     elif backend == "amd":
-        out = host.run(["amd-smi", "static", "--asic", "--driver", "--json"])
-        found = parse_amd_smi(out) if out else None
+        found = _devices("amd-smi", host.run(["amd-smi", "static", "--asic", "--driver",
+                                              "--json"]))
         if not found or not found.get("device_model"):
-            out = host.run(["rocm-smi", "--showproductname", "--showid",
-                            "--showdriverversion", "--json"])
-            found = parse_rocm_smi(out) if out else found
+            found = _devices("rocm-smi", host.run(["rocm-smi", "--showproductname", "--showid",
+                                                   "--showdriverversion", "--json"])) or found
     elif backend == "cpu":
         fp["device_model"] = fp["cpu_model"]
     if found:
@@ -676,7 +539,7 @@ def summarize(drift: list[dict[str, object]]) -> str:
 
 def build(module: AnsibleModule) -> Json:
     p = module.params
-    host = Host(module, p["command_timeout"])
+    host = Host(p["command_timeout"])
     abi = p["kernel"]["abi"]
     driver = p["driver"] or {}
     runtime = p["runtime"] or {}
@@ -696,8 +559,7 @@ def build(module: AnsibleModule) -> Json:
     pins.update(runtime_pins)
 
     image = f"linux-image-{abi}"
-    versions = dpkg_versions(host, sorted({image, *pins}))
-    dkms_out = host.run(["dkms", "status"])
+    versions = dpkg_versions(sorted({image, *pins}), host.timeout)
     verified = {
         "kernel": {
             "abi": abi if versions[image] is not None else None,
@@ -707,7 +569,7 @@ def build(module: AnsibleModule) -> Json:
             "previous": previous_kernel(p["kernel_state_path"]),
         },
         "packages": {pkg: versions[pkg] for pkg in pins},
-        "dkms": parse_dkms_status(dkms_out) if dkms_out else [],
+        "dkms": dkms_entries(host),
         "modinfo": modinfo_versions(host, abi, [m["name"] for m in p["dkms"]]),
         "userland": {"blas": blas_provider()},
     }
@@ -718,7 +580,7 @@ def build(module: AnsibleModule) -> Json:
         "class_version": p["class_version"],
         "expected": expected,
         "verified": verified,
-        "package_list_sha256": package_list_sha256(host),
+        "package_list_sha256": package_list_sha256(host.timeout),
         "fingerprint": fingerprint(host, accelerator.get("backend") or "none",
                                    " ".join(installed_runtime) or None),
         "drift": compute_drift(expected, verified, pins, p["check_running_kernel"]),

@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 import fleetgate_parsers as parsers
-from fleetgate_probe import Context, ProbeError, base_parser, cpu_limits, main, tail
+import fleetgate_probe
+from fleetgate_probe import Context, ProbeError, base_parser, by_backend, cpu_limits, main, tail
 
 ALL_REDUCE_PERF_DIRS = ("/usr/local/bin", "/opt/nccl-tests/build", "/opt/rccl-tests/build",
                         "/usr/bin")
@@ -128,12 +129,7 @@ def _ring_rank(rank: int, n: int, count: int, listener: socket.socket, ports: li
 
 def cpu_comms(ctx: Context) -> dict[str, Any]:
     args = ctx.args
-    try:
-        import numpy as np
-    except ImportError:
-        raise ProbeError("numpy is not importable (the smoke_probes role installs "
-                         "python3-numpy for cpu classes)") from None
-    ctx.tool_versions["numpy"] = np.__version__
+    fleetgate_probe.import_numpy(ctx)  # the ring workers import it themselves
     n = args.ranks
     if n < 2:
         raise ProbeError("--ranks must be at least 2 for an all-reduce")
@@ -333,11 +329,7 @@ def gpu_comms(ctx: Context) -> dict[str, Any]:
 
 
 def work(ctx: Context) -> dict[str, Any]:
-    backend = ctx.args.backend
-    if backend == "none":
-        return {"status": "skipped", "reason": "backend none: nothing to all-reduce across"}
-    metrics = cpu_comms(ctx) if backend == "cpu" else gpu_comms(ctx)
-    return {"status": "ok", "metrics": metrics}
+    return by_backend(ctx, "nothing to all-reduce across", cpu_comms, gpu_comms)
 
 
 def parser() -> Any:

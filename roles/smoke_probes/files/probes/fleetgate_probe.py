@@ -15,7 +15,8 @@ Every probe calls `main()`, which keeps the contract of README.txt:
   measure, with a reason), "timeout", or "skipped" (nothing to measure on this backend).
   The exit code is 0 for ok/skipped, 1 for error, 124 for timeout.
 
-Standard library only: it runs on the host's /usr/bin/python3.
+Standard library only: it runs on the host's /usr/bin/python3. Tools run through
+fleetgate_hostcmd (fleetgate's one command runner, installed beside it), inside the work group.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import fleetgate_hostcmd as hostcmd
+
 PROBE_SCHEMA = 1
 BACKENDS = ("nvidia", "amd", "cpu", "none")
 # A fixed PATH: results must not depend on the caller's environment. /usr/local first, where
 # sites install nccl-tests and vendor tools.
-STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STD_PATH = hostcmd.STD_PATH
 EXIT_CODES = {"ok": 0, "skipped": 0, "error": 1, "timeout": 124}
 KILL_GRACE_S = 2.0
 
@@ -70,16 +73,43 @@ class Context:
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None,
             check: bool = False) -> subprocess.CompletedProcess[str]:
-        """Run a host tool with a timeout; FileNotFoundError propagates (the tool is absent)."""
+        """Run a host tool with a timeout; FileNotFoundError propagates (the tool is absent),
+        and so does subprocess.TimeoutExpired (the tool hung: the probe answers "timeout")."""
         self.phase(" ".join(argv)[:200])
         limit = min(timeout or self.remaining(), self.remaining())
-        proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace",
-                              timeout=limit, check=False,
-                              env={**os.environ, "PATH": STD_PATH, "LC_ALL": "C"})
-        if check and proc.returncode != 0:
-            raise ProbeError(f"{argv[0]} exited {proc.returncode}: "
-                             f"{tail(proc.stderr or proc.stdout)}")
-        return proc
+        # own_group=False: the tool stays in the work group, which the watchdog kills whole.
+        got = hostcmd.run(argv, limit, own_group=False,
+                          env={**os.environ, "PATH": STD_PATH, "LC_ALL": "C"})
+        if got.status == "missing":
+            raise FileNotFoundError(2, "not installed", argv[0])
+        if got.status == "timeout":
+            raise subprocess.TimeoutExpired(list(argv), limit)
+        if got.rc is None:  # found but could not be started
+            raise ProbeError(f"{argv[0]} could not start: {got.stderr}")
+        if check and got.rc != 0:
+            raise ProbeError(f"{argv[0]} exited {got.rc}: {tail(got.stderr or got.stdout)}")
+        return subprocess.CompletedProcess(list(argv), got.rc, got.stdout, got.stderr)
+
+
+def import_numpy(ctx: Context) -> Any:
+    """numpy for the cpu backend's work, its version recorded; a ProbeError without it."""
+    try:
+        import numpy as np
+    except ImportError:
+        raise ProbeError("numpy is not importable (the smoke_probes role installs "
+                         "python3-numpy for cpu classes)") from None
+    ctx.tool_versions["numpy"] = np.__version__
+    return np
+
+
+def by_backend(ctx: Context, nothing: str, cpu: Callable[[Context], dict[str, Any]],
+               gpu: Callable[[Context], dict[str, Any]]) -> dict[str, Any]:
+    """The work of a probe that measures on the CPU (cpu) or the GPUs (nvidia, amd) and has
+    `nothing` to measure on backend none."""
+    backend = ctx.args.backend
+    if backend == "none":
+        return {"status": "skipped", "reason": f"backend none: {nothing}"}
+    return {"status": "ok", "metrics": cpu(ctx) if backend == "cpu" else gpu(ctx)}
 
 
 def tail(text: str | None, lines: int = 3, chars: int = 400) -> str:
@@ -90,11 +120,7 @@ def tail(text: str | None, lines: int = 3, chars: int = 400) -> str:
 
 
 def read_text(path: str, limit: int = 1_000_000) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(limit)
-    except OSError:
-        return None
+    return hostcmd.read_text(path, limit)
 
 
 def container_kind() -> str | None:

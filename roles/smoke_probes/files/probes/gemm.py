@@ -23,7 +23,16 @@ import threading
 import time
 from typing import Any
 
-from fleetgate_probe import Context, ProbeError, base_parser, cpu_limits, main, read_text
+from fleetgate_probe import (
+    Context,
+    ProbeError,
+    base_parser,
+    by_backend,
+    cpu_limits,
+    import_numpy,
+    main,
+    read_text,
+)
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
 # Max relative error of the checked rows against the reference, per input dtype.
@@ -59,12 +68,7 @@ def cpu_gemm(ctx: Context) -> dict[str, Any]:
     if args.dtype != "fp32":
         raise ProbeError(f"dtype {args.dtype} is not supported by the cpu backend "
                          f"(numpy has no fast {args.dtype} GEMM); use fp32")
-    try:
-        import numpy as np
-    except ImportError:
-        raise ProbeError("numpy is not importable (the smoke_probes role installs "
-                         "python3-numpy for cpu classes)") from None
-    ctx.tool_versions["numpy"] = np.__version__
+    np = import_numpy(ctx)
     n = args.size
     ctx.phase(f"numpy matmul {n}^3 fp32: setup")
     rng = np.random.RandomState(1234)
@@ -213,11 +217,7 @@ def torch_gemm(ctx: Context) -> dict[str, Any]:
 
 
 def work(ctx: Context) -> dict[str, Any]:
-    backend = ctx.args.backend
-    if backend == "none":
-        return {"status": "skipped", "reason": "backend none: no GEMM device"}
-    metrics = cpu_gemm(ctx) if backend == "cpu" else torch_gemm(ctx)
-    return {"status": "ok", "metrics": metrics}
+    return by_backend(ctx, "no GEMM device", cpu_gemm, torch_gemm)
 
 
 def parser() -> Any:

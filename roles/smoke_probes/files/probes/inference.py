@@ -20,9 +20,10 @@ import itertools
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
-from fleetgate_probe import Context, ProbeError, base_parser, main
+from fleetgate_probe import Context, ProbeError, base_parser, import_numpy, main
 
 MODEL_ID = "mlp-tanh-256-512-512-128-v1"
 DIMS = (256, 512, 512, 128)
@@ -61,13 +62,18 @@ def latency_summary(times_s: list[float]) -> dict[str, float]:
             "max_ms": round(ms[-1], 6), "mean_ms": round(statistics.fmean(ms), 6)}
 
 
+def mlp(x: Any, layers: list[tuple[Any, Any]], tanh: Callable[[Any], Any]) -> Any:
+    """The model's forward pass, one code for numpy and torch arrays: tanh between layers."""
+    h = x
+    for k, (w, b) in enumerate(layers):
+        h = h @ w + b
+        if k < len(layers) - 1:
+            h = tanh(h)
+    return h
+
+
 def cpu_inference(ctx: Context, t_start: float) -> dict[str, Any]:
-    try:
-        import numpy as np
-    except ImportError:
-        raise ProbeError("numpy is not importable (the smoke_probes role installs "
-                         "python3-numpy for cpu classes)") from None
-    ctx.tool_versions["numpy"] = np.__version__
+    np = import_numpy(ctx)
     ctx.phase("build model")
     layers = [(np.asarray(w, dtype=np.float64).reshape(i, o).astype(np.float32),
                np.asarray(b, dtype=np.float32)) for w, b, i, o in weights()]
@@ -75,12 +81,7 @@ def cpu_inference(ctx: Context, t_start: float) -> dict[str, Any]:
     x = np.asarray(inputs(batch), dtype=np.float64).reshape(batch, DIMS[0]).astype(np.float32)
 
     def forward() -> Any:
-        h = x
-        for k, (w, b) in enumerate(layers):
-            h = h @ w + b
-            if k < len(layers) - 1:
-                h = np.tanh(h)
-        return h
+        return mlp(x, layers, np.tanh)
 
     ctx.phase("first batch")
     first = forward()
@@ -128,12 +129,7 @@ def torch_inference(ctx: Context, t_start: float) -> dict[str, Any]:
         x = x.to(dev)
 
         def forward(x: Any = x, layers: Any = layers) -> Any:
-            h = x
-            for k, (w, b) in enumerate(layers):
-                h = h @ w + b
-                if k < len(layers) - 1:
-                    h = torch.tanh(h)
-            return h
+            return mlp(x, layers, torch.tanh)
 
         with torch.inference_mode():
             first = forward()

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """fleetgate triage collector: gather, on one host, what `fleetgate diagnose` and `fleetgate
-fleet drift` read, and print it as one JSON object on stdout.
+fleet drift` read, and return it as one JSON document (the module's `collection`).
 
-It only collects: every decision (and every parser) lives on the controller, in
-python/fleetgate/triage, where it is tested against recorded outputs. So this file stays
-small, standard library only, and safe on any host (Python 3.9+):
-- every command runs in its own process group with a deadline (--timeout, 10 s by default);
-  at the deadline the whole group is SIGKILLed, because a tool stuck on a wedged GPU (or the
-  lab's hang-probe shim) ignores SIGTERM and its children would keep our pipes open;
+It only collects: every decision (and every parser but the device identity query) lives on the
+controller, in python/fleetgate/triage, where it is tested against recorded outputs. So it
+stays small, standard library only, and safe on any host:
+- every command runs through fleetgate_hostcmd: its own process group and a deadline
+  (timeout, 10 s by default), SIGKILLed whole at the deadline, because a tool stuck on a
+  wedged GPU (or the lab's hang-probe shim) ignores SIGTERM and its children would keep our
+  pipes open;
 - a tool that is not installed is reported as "missing", never as a failure;
 - once nvidia-smi has hung, the other nvidia-smi calls are not started: a wedged driver
   would only hang them too, and the host's verdict does not need three timeouts.
@@ -15,26 +16,59 @@ small, standard library only, and safe on any host (Python 3.9+):
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
+DOCUMENTATION = r"""
+---
+module: fleetgate_collect
+short_description: Collect triage evidence (device tools, kernel log, CPU, cgroup, links)
+description:
+  - Read-only; supports check mode. Runs each tool under its own deadline and returns every
+    command's status, rc, stdout and stderr and a few files, as C(collection)
+    (schema C(fleetgate.triage.collect/v1)); C(fleetgate diagnose) and C(fleetgate fleet drift)
+    parse it on the controller.
+options:
+  mode:
+    description: C(diagnose) collects everything; C(identity) only the devices' identity.
+    type: str
+    choices: [diagnose, identity]
+    default: diagnose
+  timeout:
+    description: Seconds each command may run.
+    type: float
+    default: 10
+author: fleetgate
+"""
+
+EXAMPLES = r"""
+- name: Read the devices' identity
+  fleetgate_collect:
+    mode: identity
+  register: identity
+"""
+
+RETURN = r"""
+collection:
+  description: The collector's document, schema C(fleetgate.triage.collect/v1).
+  returned: always
+  type: dict
+"""
+
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fleetgate_hostcmd import CmdResult
+from ansible.module_utils.fleetgate_hostcmd import run as run_command
+from ansible.module_utils.fleetgate_parsers import NVIDIA_IDENTITY_QUERY
 
 SCHEMA = "fleetgate.triage.collect/v1"
 MAX_STDOUT = 2_000_000
 MAX_STDERR = 4_000
-NVIDIA_QUERY = ("--query-gpu=index,name,pci.bus_id,pci.device_id,compute_cap,driver_version,"
-                "vbios_version")
 
 # name -> argv. Sampling commands (dmon, iostat, mpstat) run between the two snapshots of
 # /proc/stat, the cgroup CPU counters and `ip -s link`, so those deltas cover the same window.
 IDENTITY = (
-    ("nvidia_smi_query", ["nvidia-smi", NVIDIA_QUERY, "--format=csv"]),
+    ("nvidia_smi_query", ["nvidia-smi", NVIDIA_IDENTITY_QUERY, "--format=csv"]),
     ("amd_smi_static", ["amd-smi", "static", "--asic", "--vbios", "--driver", "--json"]),
 )
 DEVICE = (
@@ -74,38 +108,11 @@ MIN_WINDOW_S = 2.0
 
 
 def run(argv: list[str], timeout: float) -> dict[str, object]:
-    started = time.monotonic()
-    result: dict[str, object] = {"argv": argv, "rc": None, "stdout": "", "stderr": ""}
-    exe = shutil.which(argv[0])
-    if exe is None:
-        result.update(status="missing", duration_s=0.0)
-        return result
-    env = dict(os.environ, LC_ALL="C", LANG="C")
-    try:
-        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)
-    except OSError as exc:
-        result.update(status="failed", stderr=str(exc), duration_s=0.0)
-        return result
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        status = "ok" if proc.returncode == 0 else "failed"
-        result["rc"] = proc.returncode
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = b"", b""
-        status = "timeout"
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-        # stuck in the kernel: leave it rather than hang the collector
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-    result.update(status=status, duration_s=round(time.monotonic() - started, 3),
-                  stdout=out.decode("utf-8", "replace")[-MAX_STDOUT:],
-                  stderr=err.decode("utf-8", "replace")[-MAX_STDERR:])
+    got: CmdResult = run_command(argv, timeout)
+    result: dict[str, object] = {"argv": argv, "rc": got.rc, "status": got.status,
+                                 "duration_s": got.duration_s,
+                                 "stdout": got.stdout[-MAX_STDOUT:],
+                                 "stderr": got.stderr[-MAX_STDERR:]}
     return result
 
 
@@ -210,18 +217,19 @@ def collect(mode: str, timeout: float) -> dict[str, object]:
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("diagnose", "identity"), default="diagnose")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds each command may run (default 10)")
-    args = p.parse_args()
-    if not 1 <= args.timeout <= 120:
-        p.error("--timeout must be between 1 and 120")
-    json.dump(collect(args.mode, args.timeout), sys.stdout, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "choices": ["diagnose", "identity"], "default": "diagnose"},
+            "timeout": {"type": "float", "default": 10.0},
+        },
+        supports_check_mode=True,
+    )
+    timeout = module.params["timeout"]
+    if not 1 <= timeout <= 120:
+        module.fail_json(msg=f"timeout must be between 1 and 120, got {timeout:g}")
+    module.exit_json(changed=False, collection=collect(module.params["mode"], timeout))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
