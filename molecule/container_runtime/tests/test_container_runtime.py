@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from testinfra.host import Host
 
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
-ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
 
 
 def engine_package(nc: NodeClass) -> str:
