@@ -7,7 +7,6 @@ from testinfra.host import Host
 from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 
-
 def engine_package(nc: NodeClass) -> str:
     return ENGINE_PACKAGES[nc.runtime.engine]
 
