@@ -11,6 +11,34 @@
 # separately: `packer init packer/plugins/` reads the required_plugins block there, which
 # 1.6.6 would reject, so it lives outside this directory.
 
+# What every provisioner of one source shares. Only amazon-ebs logs in as an unprivileged user
+# (sudo for the shell steps, become for Ansible); docker and qemu builds log in as root.
+locals {
+  sources = ["docker", "qemu", "amazon-ebs"]
+  become  = { docker = false, qemu = false, "amazon-ebs" = true }
+
+  shell_execute_command = { for s in local.sources :
+    s => "${local.become[s] ? "sudo -E " : ""}sh -eu '{{.Path}}'"
+  }
+  ssh_username = { docker = var.ssh_username, qemu = var.ssh_username, "amazon-ebs" = var.aws_ssh_username }
+
+  # The class's variables, the build's, and become: the same for the build and the gate.
+  ansible_extra_arguments = { for s in local.sources : s => [
+    "--extra-vars", var.ansible_extra_vars_json,
+    "--extra-vars", var.ansible_build_vars_json,
+    "--extra-vars", "ansible_become=${local.become[s]}",
+  ] }
+
+  # Packer 1.6.6's SSH proxy offers only ssh-rsa host and user keys; current OpenSSH refuses
+  # both unless asked (see ../shared/DESIGN.md).
+  ansible_env_vars = [
+    "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
+    "ANSIBLE_SSH_ARGS=-o ControlMaster=auto -o ControlPersist=60s -o HostKeyAlgorithms=+ssh-rsa -o PubkeyAcceptedKeyTypes=+ssh-rsa",
+    "ANSIBLE_NOCOLOR=1",
+    "ANSIBLE_FORCE_COLOR=0",
+  ]
+}
+
 # A root filesystem tarball, for lab container hosts and CI. Runs against podman's
 # Docker-compatible API (DOCKER_HOST=unix:///...sock); `commit` fails there on an API
 # mismatch, so the container is exported instead.
@@ -102,7 +130,7 @@ build {
   }
 
   provisioner "shell" {
-    execute_command = "${source.type == "amazon-ebs" ? "sudo -E " : ""}sh -eu '{{.Path}}'"
+    execute_command = local.shell_execute_command[source.type]
     inline = [
       "install -d -m 0755 /etc/fleetgate",
       "install -m 0644 /tmp/fleetgate-upload/image.json /etc/fleetgate/image.json",
@@ -116,26 +144,15 @@ build {
     ]
   }
 
-  # Packer 1.6.6's SSH proxy offers only ssh-rsa host and user keys; current OpenSSH refuses
-  # both unless asked (see ../shared/DESIGN.md).
   provisioner "ansible" {
-    playbook_file = "${path.root}/../playbooks/golden.yml"
-    user          = source.type == "amazon-ebs" ? var.aws_ssh_username : var.ssh_username
-    extra_arguments = [
-      "--extra-vars", var.ansible_extra_vars_json,
-      "--extra-vars", var.ansible_build_vars_json,
-      "--extra-vars", "ansible_become=${source.type == "amazon-ebs"}",
-    ]
-    ansible_env_vars = [
-      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
-      "ANSIBLE_SSH_ARGS=-o ControlMaster=auto -o ControlPersist=60s -o HostKeyAlgorithms=+ssh-rsa -o PubkeyAcceptedKeyTypes=+ssh-rsa",
-      "ANSIBLE_NOCOLOR=1",
-      "ANSIBLE_FORCE_COLOR=0",
-    ]
+    playbook_file    = "${path.root}/../playbooks/golden.yml"
+    user             = local.ssh_username[source.type]
+    extra_arguments  = local.ansible_extra_arguments[source.type]
+    ansible_env_vars = local.ansible_env_vars
   }
 
   provisioner "shell" {
-    execute_command = "${source.type == "amazon-ebs" ? "sudo -E " : ""}sh -eu '{{.Path}}'"
+    execute_command = local.shell_execute_command[source.type]
     inline = [
       "rm -f /etc/apt/sources.list.d/fleetgate-vendor.list /var/lib/apt/lists/_var_lib_fleetgate_vendor_*",
       "rm -rf /var/lib/fleetgate/vendor",
@@ -148,25 +165,17 @@ build {
   # /etc/fleetgate/manifest.json and its package list beside the artifact.
   provisioner "ansible" {
     playbook_file = "${path.root}/../playbooks/verify-image.yml"
-    user          = source.type == "amazon-ebs" ? var.aws_ssh_username : var.ssh_username
-    extra_arguments = [
-      "--extra-vars", var.ansible_extra_vars_json,
-      "--extra-vars", var.ansible_build_vars_json,
-      "--extra-vars", "ansible_become=${source.type == "amazon-ebs"}",
+    user          = local.ssh_username[source.type]
+    extra_arguments = concat(local.ansible_extra_arguments[source.type], [
       "--extra-vars", "image_verify_out_dir=${var.output_dir}",
-    ]
-    ansible_env_vars = [
-      "ANSIBLE_CONFIG=${path.root}/../ansible.cfg",
-      "ANSIBLE_SSH_ARGS=-o ControlMaster=auto -o ControlPersist=60s -o HostKeyAlgorithms=+ssh-rsa -o PubkeyAcceptedKeyTypes=+ssh-rsa",
-      "ANSIBLE_NOCOLOR=1",
-      "ANSIBLE_FORCE_COLOR=0",
-    ]
+    ])
+    ansible_env_vars = local.ansible_env_vars
   }
 
   # Last: forget the key this build logged in with (the qemu lab base authorizes a per-build
   # key, commented fleetgate-image-build). Sessions already open are not affected.
   provisioner "shell" {
-    execute_command = "${source.type == "amazon-ebs" ? "sudo -E " : ""}sh -eu '{{.Path}}'"
+    execute_command = local.shell_execute_command[source.type]
     inline = [
       "for f in /root/.ssh/authorized_keys /home/*/.ssh/authorized_keys; do",
       "  if [ -f \"$f\" ]; then sed -i '/ fleetgate-image-build$/d' \"$f\"; fi",

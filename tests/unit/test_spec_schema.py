@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from fleetgate.errors import BadInput, field_path, validation_error
 from fleetgate.spec.derive import derive
 from fleetgate.spec.loader import load_all, load_class
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 REPO = Path(__file__).resolve().parents[2]
 CLASSES = REPO / "inventory" / "classes"
@@ -82,6 +82,10 @@ def test_derive_carries_pins_unchanged(path: Path) -> None:
         {"name": m["name"], "version": m["version"], "package": m["package"]}
         for m in data.get("dkms", [])
     ]
+    # The engine's Debian package comes from the one map, for every class.
+    assert ansible["fleetgate_engine_packages"] == ENGINE_PACKAGES
+    if nc.runtime.engine != "none":
+        assert ansible["fleetgate_engine_packages"][nc.runtime.engine]
     # No version written twice: Packer hands Ansible exactly the Ansible set.
     assert json.loads(packer["ansible_extra_vars_json"]) == ansible
     # Both are plain JSON (what `fleetgate spec vars` prints).

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from testinfra.host import Host
 
-from fleetgate.spec.schema import NodeClass
-
-ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 
 def engine_package(nc: NodeClass) -> str:

@@ -12,11 +12,10 @@ import pytest
 from testinfra.host import Host
 
 from fleetgate.spec.derive import ansible_vars
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 MANIFEST = "/etc/fleetgate/manifest.json"
 MODULE_UTILS = Path(__file__).resolve().parents[3] / "plugins" / "module_utils"
-RUNTIME_ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def pinned_packages(node_class: NodeClass) -> dict[str, str | None]:
     nc = node_class
     pins: dict[str, str | None] = dict.fromkeys(nc.driver.packages, nc.driver.version)
     if nc.runtime.engine != "none":
-        pins[RUNTIME_ENGINE_PACKAGES[nc.runtime.engine]] = nc.runtime.version
+        pins[ENGINE_PACKAGES[nc.runtime.engine]] = nc.runtime.version
     if nc.runtime.gpu_toolkit != "none":
         pins[nc.runtime.gpu_toolkit] = nc.runtime.gpu_toolkit_version
     return pins
@@ -50,6 +49,7 @@ def module_args(nc: NodeClass, **overrides: Any) -> dict[str, Any]:
         "dkms": v["fleetgate_dkms_modules"],
         "runtime": v["fleetgate_runtime"],
         "accelerator": v["fleetgate_accelerator"],
+        "engine_packages": v["fleetgate_engine_packages"],
     }
     args.update(overrides)
     return args

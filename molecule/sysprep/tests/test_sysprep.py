@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from testinfra.host import Host
 
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 APT_CONF = "/etc/apt/apt.conf.d/51fleetgate-unattended-upgrades"
 UNIT = "/etc/systemd/system/fleetgate-ssh-host-keys.service"
-ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
 
 
 def class_pins(nc: NodeClass) -> list[str]:

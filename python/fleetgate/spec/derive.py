@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 Target = Literal["ansible", "packer"]
 
@@ -33,6 +33,8 @@ def ansible_vars(nc: NodeClass) -> dict[str, Any]:
         "fleetgate_driver_source": d.source.model_dump(),
         "fleetgate_dkms_modules": [m.model_dump() for m in nc.dkms],
         "fleetgate_runtime": nc.runtime.model_dump(),
+        # Not a pin: the same for every class, handed over so that no role repeats the map.
+        "fleetgate_engine_packages": dict(ENGINE_PACKAGES),
         "fleetgate_userland": nc.userland.model_dump(),
         "fleetgate_accelerator": nc.accelerator.model_dump(),
         "fleetgate_smoke": nc.smoke.model_dump(),

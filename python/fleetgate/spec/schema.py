@@ -110,6 +110,12 @@ class DkmsModule(_Strict):
     package: PackageName
 
 
+# The Debian package that carries each container engine (Debian ships Docker as docker.io).
+# Written only here: roles read it as fleetgate_engine_packages (spec/derive.py), Python imports it.
+ENGINE_PACKAGES: dict[str, str] = {"containerd": "containerd", "docker": "docker.io",
+                                   "podman": "podman"}
+
+
 class RuntimeSpec(_Strict):
     engine: Literal["containerd", "docker", "podman", "none"]
     version: PackageVersion | None = None

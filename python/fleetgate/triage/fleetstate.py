@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
-from fleetgate.image.manifest import ENGINE_PACKAGES
 from fleetgate.runner import ansible
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory
 from fleetgate.spec.loader import repo_root, resolve_class
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 from fleetgate.triage import evidence
 from fleetgate.triage.drift import HostState
 from fleetgate.triage.identity import devices
