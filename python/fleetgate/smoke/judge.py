@@ -1,10 +1,11 @@
 """Verdicts: a probe report plus the node class and its resolved thresholds -> pass/fail.
 
 Pure functions, no I/O: the testinfra suite calls `judge()` per host and check, the
-controller calls `apply_relative()` (the judge family's fleet-relative check) across hosts. A careful GPU SRE's hand checks, written
-down: device count/model/PCI ID against the class, the loaded driver against the pin, ECC,
-remapped rows and fatal Xids, DKMS state for the running kernel, runtime device access, a
-GEMM/all-reduce/inference that is both correct and fast enough.
+controller calls `apply_relative()` (the judge family's fleet-relative check) across hosts.
+A careful GPU SRE's hand checks, written down: device count/model/PCI ID against the class,
+the loaded driver against the pin, ECC, remapped rows and fatal Xids, DKMS state for the
+running kernel, runtime device access, a GEMM/all-reduce/inference that is both correct and
+fast enough.
 """
 
 from __future__ import annotations
