@@ -89,9 +89,10 @@ def classify(metric: CanaryMetric, s: JudgeSettings, base: list[float], can: lis
         return MetricVerdict(outcome="nodata", reason="; ".join(bad), **record)
     need_new = 1 if metric.comparison == "relative" else s.min_samples
     if len(base) < s.min_samples or len(can) < need_new:
-        missing = ", ".join(f"{side} {n} (need {k})" for side, n, k in (
-            (new, len(can), need_new), (ref, len(base), s.min_samples)) if n < k)
-        return MetricVerdict(outcome="nodata", reason=f"too few samples: {missing}", **record)
+        need = (f"need {s.min_samples} per side" if need_new == s.min_samples
+                else f"need {s.min_samples} {ref} and {need_new} {new}")
+        return MetricVerdict(outcome="nodata", reason=f"too few samples: {new} {len(can)}, "
+                             f"{ref} {len(base)} ({need})", **record)
     if metric.kind == "count":
         return _counts(metric, s, base, can, record, ref, new)
     b, c = np.asarray(base), np.asarray(can)

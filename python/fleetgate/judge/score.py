@@ -58,11 +58,15 @@ def gate_verdict(verdicts: Sequence[MetricVerdict], *,
         reason = f"critical metric failed: {', '.join(names('fail', critical=True))}; {score_text}"
     elif band == "fail":
         outcome, reason = "fail", f"{score_text}: below marginal"
-    elif names("nodata"):
+    elif names("nodata", critical=True):
         outcome = "inconclusive"
-        reason = f"no data for {', '.join(names('nodata'))}; {score_text}"
+        reason = (f"no data for critical metric: {', '.join(names('nodata', critical=True))}; "
+                  f"{score_text}")
     elif not with_data:
         outcome, reason = "inconclusive", "no metric has data"
+    elif names("nodata"):
+        # Fail closed: a metric the plan asks for and nobody measured is not a pass.
+        outcome, reason = "inconclusive", f"a metric has no data (fail closed); {score_text}"
     elif score is None:
         outcome, reason = "inconclusive", "the metrics with data all have weight 0"
     elif band == "marginal":
@@ -77,7 +81,7 @@ def gate_verdict(verdicts: Sequence[MetricVerdict], *,
         reason += f"; failed: {', '.join(failed)}"
     # Spelled out on every verdict: data that was missing is never silent.
     missing = names("nodata")
-    if missing and not reason.startswith("no data"):
+    if missing:
         reason += f"; no data: {', '.join(missing)}"
     return GateVerdict(outcome=outcome, reason=reason, mode=mode, score=score, band=band,
                        pass_threshold=pass_threshold, marginal_threshold=marginal_threshold,
