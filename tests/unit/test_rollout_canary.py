@@ -462,9 +462,12 @@ def test_judge_quality_benchmark_runs() -> None:
     spec.loader.exec_module(mod)
     out = io.StringIO()
     with redirect_stdout(out):
-        assert mod.main(["--trials", "20", "--cv", "0.03", "--json"]) == 0
+        assert mod.main(["--trials", "20", "--json"]) == 0
     doc = json.loads(out.getvalue())
-    rows = {(r["size"], r["case"]): r for r in doc["rows"]}
-    assert len(rows) == 16
-    for size in ("5/10", "10/20", "self 5/5", "self 10/10"):
-        assert rows[(size, "3x slower")]["fail"] == 100.0
+    rows = {r["case"]: r for r in doc["rows"]}
+    assert len(rows) == len(mod.CELLS)
+    assert rows["10% regression, CV 0.05, 16/16"]["fail"] >= 90
+    assert rows["counts 0 -> Poisson(3)/sample, 5/16"]["pass"] == 0
+    assert rows["counts 0 -> exactly 3 events, 5/16"]["pass"] == 0
+    for b in doc["batches"]:
+        assert b["slow_failed"] == 100.0

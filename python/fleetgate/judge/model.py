@@ -28,7 +28,7 @@ DEFAULT_ALPHA = 0.005
 DEFAULT_MIN_SAMPLES = 5
 # A pass must rule out (at 1 - alpha confidence) a regression larger than this; a baseline so
 # noisy that it cannot is inconclusive, and the reason says how far the bound reached.
-DEFAULT_UNCERTAINTY_LIMIT = 0.15
+DEFAULT_UNCERTAINTY_LIMIT = 0.20
 DEFAULT_SPREAD_TOLERANCE = 1.5
 DEFAULT_REPEATS = 5
 DEFAULT_PASS_THRESHOLD = 90.0
