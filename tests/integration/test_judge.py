@@ -67,9 +67,6 @@ class Lab(LabHandle):
                                      "canary").stdout)
         return {e["host"]: e["data"]["verdict"] for e in events}
 
-    def quota(self, host: str) -> str:
-        return self.ssh(host, "cat /sys/fs/cgroup/cpu.max 2>/dev/null || true").strip()
-
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
