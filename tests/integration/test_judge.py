@@ -2,14 +2,16 @@
 scenario, a tiny change (examples/judge/throttle.yml) that is bad exactly where it throttles
 a host's CPU quota (a real fault, `lab fault HOST throttle-cpu`), GEMM the only check.
 
-- one slow host among good ones: that host alone fails and is rolled back;
-- a change bad on 3 of 4 canaries: the healthy one is promoted, not rolled back;
-- a bad host in the last wave: judged against the hosts promoted before it (new against
-  new), it halts the rollout;
+- one slow host among good ones: that host alone fails and is rolled back, and the healthy
+  last wave passes against the hosts promoted before it (new against new);
+- a change bad on 3 of 4 canaries and on one host of the last wave: the healthy canary is
+  promoted, not rolled back, and the last wave's bad host is caught against the promoted
+  canary (new against new) and halts the rollout;
 - `fleetgate judge` on two real `smoke run --json` files.
 
 The lab's 2 shared cores make GEMM noisy (CV 0.1-0.3 under contention), so the plan uses a
-30% tolerance, alpha 0.05 and a wide uncertainty_limit; a throttled host measures ~0.1x.
+50% tolerance, alpha 0.06 (3 samples a side can reach it) and a wide uncertainty_limit; a
+throttled host measures ~0.1x.
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ class Lab(LabHandle):
             # No diversity keys: waves take the hosts in name order.
             "waves": {"steps": [first_wave, "100%"], "diversity": []},
             "concurrency": first_wave,
-            "budgets": {"per_wave": {"max_failed": 0}, "total": {"max_failed": 0}},
+            # Room for every bad host: each failing host counts, none halts the others.
+            "budgets": {"per_wave": {"max_failed": 3}, "total": {"max_failed": 3}},
             "gates": {"checks": [], "baseline_hosts": baseline_hosts},
             "canary": {"mode": "baseline", "last_wave": "promoted", "repeats": 3,
-                       "min_samples": 3, "alpha": 0.05, "uncertainty_limit": 5.0,
+                       "min_samples": 3, "alpha": 0.06, "uncertainty_limit": 5.0,
                        "metrics": [{"name": "gemm.tflops", "direction": "higher",
-                                    "critical": True, "tolerance": 0.3, "spread": "off"}]},
+                                    "critical": True, "tolerance": 0.5, "spread": "off"}]},
         }
         path = self.root.parent / f"{name}.plan.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -89,53 +92,44 @@ def test_one_slow_host_among_good_ones_fails_alone(lab: Lab) -> None:
         rc, s = lab.start(plan, "judge-1")
     finally:
         lab.run("lab", "heal", "lab-c02", check=False)
-    states = {h: s["hosts"][h]["state"] for h in HOSTS[:4]}
-    assert states == {"lab-c01": "healthy", "lab-c02": "rolled_back", "lab-c03": "healthy",
-                      "lab-c04": "healthy"}, s["hosts"]
-    assert rc == HALTED and "canary analysis failed (gemm.tflops)" in \
+    states = {h: s["hosts"][h]["state"] for h in HOSTS}
+    assert states == {**{h: "healthy" for h in HOSTS}, "lab-c02": "rolled_back"}, s["hosts"]
+    assert rc == 0 and "canary analysis failed (gemm.tflops)" in \
         s["hosts"]["lab-c02"]["reason"]
     v = lab.verdicts("judge-1")
-    assert set(v) == set(HOSTS[:4]), "one verdict per canary host"
+    assert set(v) == set(HOSTS), "one verdict per canary host, the last wave's included"
     slow = v["lab-c02"]
     assert slow["host"] == "lab-c02" and slow["reference_hosts"] == HOSTS[4:]
     assert slow["metrics"][0]["n_canary"] >= 3 and slow["metrics"][0]["relative_shift"] < -0.5
-    assert all(v[h]["outcome"] == "pass" for h in ("lab-c01", "lab-c03", "lab-c04"))
+    assert all(v[h]["outcome"] == "pass" for h in HOSTS if h != "lab-c02")
+    # The last wave: no old-version host left, judged against the promoted canaries.
+    assert {v[h]["mode"] for h in HOSTS[4:]} == {"promoted"}
+    assert v["lab-c05"]["reference_hosts"] == ["lab-c01", "lab-c03", "lab-c04"]
     explain = lab.run("rollout", "explain", "judge-1", "--wave", "1").stdout
     assert "canary lab-c02 judged against baseline" in explain
     assert explain.count("gate (baseline lab-c0") == 4
 
 
-def test_one_good_host_among_bad_ones_is_not_rolled_back(lab: Lab) -> None:
-    bad = ["lab-c02", "lab-c03", "lab-c04"]
+def test_good_host_among_bad_ones_and_a_bad_host_in_the_last_wave(lab: Lab) -> None:
+    bad = ["lab-c02", "lab-c03", "lab-c04", "lab-c08"]
     plan = lab.plan("judge-three-bad", HOSTS, 4, bad, baseline_hosts=4)
     try:
         rc, s = lab.start(plan, "judge-2")
     finally:
         for h in bad:
             lab.run("lab", "heal", h, check=False)
-    assert rc == HALTED
-    assert s["hosts"]["lab-c01"]["state"] == "healthy", s["hosts"]["lab-c01"]
-    for h in bad:
-        assert s["hosts"][h]["state"] == "rolled_back", s["hosts"][h]
+    states = {h: s["hosts"][h]["state"] for h in HOSTS}
+    assert states == {"lab-c01": "healthy", "lab-c02": "rolled_back", "lab-c03": "rolled_back",
+                      "lab-c04": "rolled_back", "lab-c05": "healthy", "lab-c06": "healthy",
+                      "lab-c07": "healthy", "lab-c08": "rolled_back"}, s["hosts"]
+    # The fourth failure is over the total budget: the rollout halts after the last wave.
+    assert rc == HALTED and "budget exceeded" in s["reason"]
     v = lab.verdicts("judge-2")
-    assert v["lab-c01"]["outcome"] == "pass"
+    assert v["lab-c01"]["outcome"] == "pass" and v["lab-c01"]["mode"] == "baseline"
     assert all(v[h]["outcome"] == "fail" for h in bad)
-
-
-def test_bad_host_in_the_last_wave_is_caught_against_promoted_hosts(lab: Lab) -> None:
-    hosts = HOSTS[:4]
-    plan = lab.plan("judge-last-wave", hosts, 2, ["lab-c04"], baseline_hosts=2)
-    try:
-        rc, s = lab.start(plan, "judge-3")
-    finally:
-        lab.run("lab", "heal", "lab-c04", check=False)
-    assert rc == HALTED, s
-    assert [s["hosts"][h]["state"] for h in hosts] == [
-        "healthy", "healthy", "healthy", "rolled_back"], s["hosts"]
-    v = lab.verdicts("judge-3")
-    assert v["lab-c04"]["mode"] == "promoted" and v["lab-c04"]["outcome"] == "fail"
-    assert v["lab-c04"]["reference_hosts"] == ["lab-c01", "lab-c02"]
-    assert v["lab-c03"]["mode"] == "promoted" and v["lab-c03"]["outcome"] == "pass"
+    last = v["lab-c08"]
+    assert last["mode"] == "promoted" and last["reference_hosts"] == ["lab-c01"]
+    assert last["metrics"][0]["relative_shift"] < -0.5
 
 
 def test_fleetgate_judge_on_two_real_smoke_files(lab: Lab, tmp_path: Path) -> None:
