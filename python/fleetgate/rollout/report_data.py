@@ -139,6 +139,9 @@ def _soaks(row: RolloutRow, events: list[dict[str, Any]], bars: list[Bar],
 
 # --------------------------------------------------------------------------------- canary
 
+# Smoke labels of canary measurements: reference sides, then the canaries.
+MEASURED = ("baseline", "promoted", "before", "canary")
+
 @dataclass
 class Judgement:
     """One canary decision: one host's verdict on its own samples (a journal written before
@@ -264,7 +267,7 @@ def distributions(row: RolloutRow, events: list[dict[str, Any]]) -> list[Distrib
     measured: dict[int, dict[str, list[CheckResult]]] = {}
     for e in events:
         label = e["data"].get("label") if e["kind"] == "smoke" else None
-        if label in ("baseline", "before", "canary") and int(e["wave"] or 0) not in judged:
+        if label in MEASURED and int(e["wave"] or 0) not in judged:
             try:
                 r = CheckResult.model_validate(e["data"]["result"])
             except (ValidationError, KeyError):
