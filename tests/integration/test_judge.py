@@ -10,7 +10,8 @@ a host's CPU quota (a real fault, `lab fault HOST throttle-cpu`), GEMM the only 
 - `fleetgate judge` on two real `smoke run --json` files.
 
 The lab's 2 shared cores make GEMM noisy (CV 0.1-0.3 under contention), so the plan uses a
-50% tolerance, alpha 0.06 (3 samples a side can reach it) and a wide uncertainty_limit; a
+60% tolerance (healthy hosts measured minutes apart were seen 50% apart on a loaded machine),
+alpha 0.06 (3 samples a side can reach it) and a wide uncertainty_limit; a
 throttled host measures ~0.1x.
 """
 
@@ -53,7 +54,7 @@ class Lab(LabHandle):
             "canary": {"mode": "baseline", "last_wave": "promoted", "repeats": 3,
                        "min_samples": 3, "alpha": 0.06, "uncertainty_limit": 5.0,
                        "metrics": [{"name": "gemm.tflops", "direction": "higher",
-                                    "critical": True, "tolerance": 0.5, "spread": "off"}]},
+                                    "critical": True, "tolerance": 0.6, "spread": "off"}]},
         }
         path = self.root.parent / f"{name}.plan.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -88,7 +89,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def test_one_slow_host_among_good_ones_fails_alone(lab: Lab) -> None:
     lab.run("lab", "fault", "lab-c02", "throttle-cpu")
     try:
-        plan = lab.plan("judge-one-slow", HOSTS, 4, ["lab-c02"], baseline_hosts=4)
+        # Throttled before the rollout: the change itself is a no-op everywhere.
+        plan = lab.plan("judge-one-slow", HOSTS, 4, [], baseline_hosts=4)
         rc, s = lab.start(plan, "judge-1")
     finally:
         lab.run("lab", "heal", "lab-c02", check=False)
