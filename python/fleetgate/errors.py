@@ -47,7 +47,7 @@ class ToolError(FleetgateError):
     """A local tool (podman, mmdebstrap, qemu, mkfs, ssh-keygen) is missing, failed or timed
     out. The lab and image builds both run them; neither owns the failure."""
 
-    exit_code = 4
+    exit_code = 5  # 4 is "inconclusive" (smoke run, judge, diagnose)
 
 
 _PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")

@@ -286,8 +286,9 @@ def test_relative_check_fails_the_slow_host_against_the_peer_median() -> None:
 
 def test_relative_check_needs_enough_peers_and_can_use_a_baseline() -> None:
     few = apply_relative(gemm_results({"a": 3.0, "b": 0.1}))
-    assert all(r.status == "pass" for r in few)
-    assert "relative check skipped: 2 measured peers" in few[1].warnings[-1]
+    # Fail closed: two peers are no reference, so neither host passes on it.
+    assert all(r.status == "inconclusive" for r in few)
+    assert "relative check has no reference: 2 measured peers, needs 3" in few[1].reason
     baseline = gemm_results({"x": 3.0, "y": 3.0, "z": 3.0})
     res = apply_relative(gemm_results({"a": 0.9}), baseline)
     assert res[0].status == "fail" and "baseline median 3" in res[0].reason

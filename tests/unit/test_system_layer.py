@@ -47,7 +47,7 @@ def test_tool_failures_are_tool_errors_not_lab_errors() -> None:
     with pytest.raises(ToolError) as exc:
         run([sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(5)"])
     assert not isinstance(exc.value, LabError)
-    assert exc.value.exit_code == 4 and "exit 5: boom" in str(exc.value)
+    assert exc.value.exit_code == 5 and "exit 5: boom" in str(exc.value)
     with pytest.raises(ToolError, match="timed out after 1s"):
         run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=1)
     with pytest.raises(ToolError, match="install the Debian package nope-pkg"):

@@ -1,8 +1,9 @@
 """Entry point: `fleetgate`. Expected failures become one line on stderr and a distinct exit code.
 
 Exit codes: 0 ok, 1 operation failed (e.g. a host unreachable), 2 bad input (nothing ran),
-3 lab error, 4 a local tool (podman, mmdebstrap, qemu...) missing or failed, 12 lease held by
-another controller, 70 internal error, 130 interrupted.
+3 lab error, 4 inconclusive (smoke run, judge, diagnose), 5 a local tool (podman, mmdebstrap,
+qemu...) missing or failed, 12 lease held by another controller, 70 internal error,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fleetgate.cli import (
     diagnose_cmd,
     fleet_cmd,
     image_cmd,
+    judge_cmd,
     lab_cmd,
     preflight_cmd,
     rollout_cmd,
@@ -40,6 +42,7 @@ app.add_typer(image_cmd.app, name="image")
 app.command("diagnose")(diagnose_cmd.diagnose_command)
 app.add_typer(preflight_cmd.app, name="preflight")
 app.add_typer(rollout_cmd.app, name="rollout")
+app.command("judge", help=judge_cmd.HELP)(judge_cmd.judge_command)
 
 
 def main() -> None:

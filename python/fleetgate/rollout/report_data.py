@@ -139,10 +139,13 @@ def _soaks(row: RolloutRow, events: list[dict[str, Any]], bars: list[Bar],
 
 # --------------------------------------------------------------------------------- canary
 
+# Smoke labels of canary measurements: reference sides, then the canaries.
+MEASURED = ("baseline", "promoted", "before", "canary")
+
 @dataclass
 class Judgement:
-    """One canary decision: baseline mode judges a batch of canaries with one verdict (one
-    journal event per host), self mode each host against itself."""
+    """One canary decision: one host's verdict on its own samples (a journal written before
+    per-host judging may hold one verdict for a whole batch)."""
 
     wave: int
     hosts: list[str]
@@ -173,11 +176,12 @@ def judgements(events: list[dict[str, Any]], wave: int | None = None) -> list[Ju
         key = (k, json.dumps([d.get("hosts"), verdict, d.get("reason")], sort_keys=True))
         j = out.get(key)
         if j is None:
-            hosts = [e["host"]] if e["host"] and verdict and verdict.get("mode") == "self" \
-                else list(d.get("hosts") or [])
-            out[key] = Judgement(k, hosts, e["ts"], verdict, _explanation(d),
-                                 baseline.get(k, []) if verdict and
-                                 verdict.get("mode") != "self" else [],
+            # One verdict per canary host (its own samples); older journals judged a batch.
+            own = bool(verdict and (verdict.get("host") or verdict.get("mode") == "self"))
+            hosts = [e["host"]] if e["host"] and own else list(d.get("hosts") or [])
+            refs = (list(verdict.get("reference_hosts") or []) or baseline.get(k, [])
+                    if verdict and verdict.get("mode") != "self" else [])
+            out[key] = Judgement(k, hosts, e["ts"], verdict, _explanation(d), refs,
                                  None if verdict else str(d.get("reason", "skipped")))
         elif e["host"] and e["host"] not in j.hosts:
             j.hosts.append(e["host"])
@@ -263,7 +267,7 @@ def distributions(row: RolloutRow, events: list[dict[str, Any]]) -> list[Distrib
     measured: dict[int, dict[str, list[CheckResult]]] = {}
     for e in events:
         label = e["data"].get("label") if e["kind"] == "smoke" else None
-        if label in ("baseline", "before", "canary") and int(e["wave"] or 0) not in judged:
+        if label in MEASURED and int(e["wave"] or 0) not in judged:
             try:
                 r = CheckResult.model_validate(e["data"]["result"])
             except (ValidationError, KeyError):
@@ -364,8 +368,12 @@ def explain_wave(j: Journal, rid: str, wave: int) -> str:
         return f"wave {wave}: no canary verdict ({why})"
     blocks = []
     for jd in found:
-        head = f"wave {wave}, {when(jd.ts)}: canaries {', '.join(jd.hosts) or '-'}"
-        if jd.baseline_hosts:
+        who = "canary" if len(jd.hosts) == 1 else "canaries"
+        head = f"wave {wave}, {when(jd.ts)}: {who} {', '.join(jd.hosts) or '-'}"
+        if jd.verdict and jd.verdict.get("mode") == "promoted":
+            head += (f" judged against hosts promoted in earlier waves "
+                     f"{', '.join(jd.baseline_hosts)}")
+        elif jd.baseline_hosts:
             head += f" judged against baseline {', '.join(jd.baseline_hosts)}"
         elif jd.verdict and jd.verdict.get("mode") == "self":
             head += " judged against their own before-samples"

@@ -158,7 +158,9 @@ def _canary_plan(c: dict[str, Any] | None) -> str:
     if not c:
         return '<span class="muted">no canary analysis</span>'
     head = (f"mode {esc(c['mode'])}, {esc(c['repeats'])} repeats, alpha {esc(c['alpha'])}, "
-            f"min samples {esc(c['min_samples'])}, max baseline CV {esc(c['max_baseline_cv'])},"
+            f"min samples {esc(c['min_samples'])}, uncertainty limit "
+            f"{esc(c.get('uncertainty_limit', c.get('max_baseline_cv')))}, last wave "
+            f"{esc(c.get('last_wave', '-'))},"
             f" pass score &ge; {esc(c['pass_threshold'])}, marginal &ge; "
             f"{esc(c['marginal_threshold'])}")
     metrics = table(["metric", "better", "critical", "weight", "tolerance"], (

@@ -1,22 +1,25 @@
 """Verdicts: a probe report plus the node class and its resolved thresholds -> pass/fail.
 
 Pure functions, no I/O: the testinfra suite calls `judge()` per host and check, the
-controller calls `apply_relative()` across hosts. A careful GPU SRE's hand checks, written
-down: device count/model/PCI ID against the class, the loaded driver against the pin, ECC,
-remapped rows and fatal Xids, DKMS state for the running kernel, runtime device access, a
-GEMM/all-reduce/inference that is both correct and fast enough.
+controller calls `apply_relative()` (the judge family's fleet-relative check) across hosts.
+A careful GPU SRE's hand checks, written down: device count/model/PCI ID against the class,
+the loaded driver against the pin, ECC, remapped rows and fatal Xids, DKMS state for the
+running kernel, runtime device access, a GEMM/all-reduce/inference that is both correct and
+fast enough.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
-from collections.abc import Iterable
 from typing import Any
 
+from fleetgate.judge import floors
+from fleetgate.judge.relative import apply_relative
 from fleetgate.smoke.model import CheckResult, ProbeReport, ProbeStatus
 from fleetgate.smoke.thresholds import Check, Plan
 from fleetgate.spec.schema import NodeClass
+
+__all__ = ["apply_relative", "judge", "unmeasured"]
 
 
 class Verdict:
@@ -26,6 +29,10 @@ class Verdict:
         self.failures: list[str] = []
         self.warnings: list[str] = []
         self.notes: list[str] = []
+        self.missing: list[str] = []  # inputs the verdict needs and did not get
+
+    def unmeasured(self, msg: str) -> None:
+        self.missing.append(msg)
 
     def fail(self, msg: str) -> None:
         self.failures.append(msg)
@@ -79,11 +86,16 @@ def _devices_against_class(v: Verdict, nc: NodeClass, gpus: list[dict[str, Any]]
         v.fail(f"PCI ID {', '.join(wrong_pci)} not in the class's {', '.join(acc.pci_ids)}")
 
 
-def _kernel_log(v: Verdict, log: dict[str, Any] | None) -> None:
+def _kernel_log(v: Verdict, log: dict[str, Any] | None, *, container: bool = False) -> None:
     if not log:
         return
     if not log.get("readable", False):
-        v.warn(f"kernel log not readable, Xid/MCE scan skipped ({log.get('reason', '')})")
+        if container:  # the outer machine's log: not this host's to read, as for the kernel pin
+            v.warn(f"container host: the outer machine's kernel log is not readable, Xid/MCE "
+                   f"scan skipped ({log.get('reason', '')})")
+        else:
+            v.unmeasured(f"kernel log not readable, so no Xid/MCE scan "
+                         f"({log.get('reason', '')})")
         return
     for xid in log.get("xids", []):
         if xid["severity"] == "fatal":
@@ -236,7 +248,7 @@ def judge_discovery(report: ProbeReport, nc: NodeClass, plan: Plan) -> Verdict:
     elif backend == "amd":
         _amd_discovery(v, nc, m)
     _cpu_discovery(v, m)
-    _kernel_log(v, m.get("kernel_log"))
+    _kernel_log(v, m.get("kernel_log"), container=bool((m.get("cpu") or {}).get("container")))
     return v
 
 
@@ -312,7 +324,7 @@ def judge_gemm(report: ProbeReport, plan: Plan) -> Verdict:
                f"{m.get('tolerance')}")
     tflops = m.get("tflops")
     floor = plan.gemm.tflops_min
-    if floor is not None and (tflops is None or tflops < floor):
+    if floors.breach(tflops, floor, "higher"):
         v.fail(f"{tflops} TFLOPS {plan.gemm.dtype} {plan.gemm.size}^3 is below the floor "
                f"{floor} ({plan.gemm.floor_source})")
     if (m.get("cv") or 0) > plan.gemm.cv_warn:
@@ -334,7 +346,7 @@ def judge_comms(report: ProbeReport, plan: Plan) -> Verdict:
         if plan.comms.floor_bytes and m.get("bytes") != plan.comms.floor_bytes:
             v.warn(f"busbw floor {floor} GB/s is for {plan.comms.floor_bytes}-byte messages, "
                    f"measured at {m.get('bytes')}: floor not applied")
-        elif (m.get("busbw_gbps") or 0) < floor:
+        elif floors.breach(m.get("busbw_gbps") or 0, floor, "higher"):
             v.fail(f"busbw {m.get('busbw_gbps')} GB/s is below the floor {floor} "
                    f"({plan.comms.floor_source})")
     return v
@@ -355,10 +367,10 @@ def judge_inference(report: ProbeReport, plan: Plan) -> Verdict:
     if m.get("deterministic") is False:
         v.fail("repeated batches gave different outputs")
     p99_max = plan.inference.p99_ms_max
-    if p99_max is not None and (m.get("p99_ms") or 0) > p99_max:
+    if floors.breach(m.get("p99_ms") or 0, p99_max, "lower"):
         v.fail(f"p99 {m.get('p99_ms')} ms is above {p99_max} ms")
     cold_max = plan.inference.cold_start_s_max
-    if cold_max is not None and (m.get("cold_start_s") or 0) > cold_max:
+    if floors.breach(m.get("cold_start_s") or 0, cold_max, "lower"):
         v.fail(f"cold start {m.get('cold_start_s')} s is above {cold_max} s")
     return v
 
@@ -406,6 +418,12 @@ def judge(host: str, report: ProbeReport, nc: NodeClass, plan: Plan, *,
         return CheckResult(status="inconclusive", probe_status="error",
                            reason=f"probe ran with backend {report.backend}, the class has "
                                   f"{nc.accelerator.backend}", **common)
+    if report.status == "skipped" and nc.accelerator.backend != "none":
+        # The class has a device to measure: a probe that skipped it measured nothing.
+        return CheckResult(status="inconclusive", probe_status="skipped",
+                           reason=f"probe skipped {check}, which class {nc.name} "
+                                  f"({nc.accelerator.backend}) expects: {report.reason}",
+                           **common)
     if report.status == "skipped":
         return CheckResult(status="pass", probe_status="skipped",
                            reason=f"not applicable: {report.reason}", **common)
@@ -422,9 +440,9 @@ def judge(host: str, report: ProbeReport, nc: NodeClass, plan: Plan, *,
         v = judge_comms(report, plan)
     else:
         v = judge_inference(report, plan)
-    status = "fail" if v.failures else "pass"
-    reason = "; ".join(v.failures) if v.failures else summary_line(check, report.metrics,
-                                                                   v.notes)
+    status = "fail" if v.failures else "inconclusive" if v.missing else "pass"
+    reason = ("; ".join(v.failures + v.missing) if v.failures or v.missing
+              else summary_line(check, report.metrics, v.notes))
     return CheckResult(status=status, probe_status="ok", reason=reason,
                        warnings=v.warnings, **common)
 
@@ -454,57 +472,3 @@ def unmeasured(host: str, check: Check, probe_status: ProbeStatus, reason: str, 
         backend=nc.accelerator.backend if nc else None,
         threshold=threshold_for(check, nc, plan) if nc and plan else {},
         evidence=evidence or {})
-
-
-# --------------------------------------------------------------------------------------------
-# relative: each host against the median of its peers (this run) or of a baseline set
-
-def _metric(r: CheckResult) -> float | None:
-    rel = r.threshold.get("relative")
-    if not rel or r.probe_status != "ok":
-        return None
-    value = r.metrics.get(rel["metric"])
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def apply_relative(results: list[CheckResult],
-                   baseline: Iterable[CheckResult] | None = None) -> list[CheckResult]:
-    """Fail measured hosts that fall short of margin x the reference median.
-
-    The reference is the median of the same class and check in `baseline` when given (hosts
-    still on the old version), else of this run's measured peers (including the host). Fewer
-    than min_peers measured values: no relative verdict, a warning says so."""
-    base = list(baseline) if baseline is not None else None
-    out: list[CheckResult] = []
-    groups: dict[tuple[str | None, str], list[float]] = {}
-    for r in (base if base is not None else results):
-        val = _metric(r)
-        if val is not None:
-            groups.setdefault((r.node_class, r.check), []).append(val)
-    for r in results:
-        rel = r.threshold.get("relative")
-        val = _metric(r)
-        if rel is None or val is None or r.status == "inconclusive":
-            out.append(r)
-            continue
-        ref_values = groups.get((r.node_class, r.check), [])
-        kind = "baseline" if base is not None else "peers"
-        info = dict(rel, reference_kind=kind, reference_n=len(ref_values))
-        if len(ref_values) < rel["min_peers"]:
-            out.append(r.model_copy(update={
-                "threshold": {**r.threshold, "relative": info},
-                "warnings": [*r.warnings, f"relative check skipped: {len(ref_values)} measured "
-                                          f"{kind}, needs {rel['min_peers']}"]}))
-            continue
-        median = statistics.median(ref_values)
-        ratio = val / median if rel["better"] == "higher" else median / val
-        info.update(reference_median=median, ratio=round(ratio, 4))
-        update: dict[str, Any] = {"threshold": {**r.threshold, "relative": info}}
-        if ratio < rel["margin"]:
-            word = "slower" if r.check != "comms" else "lower"
-            msg = (f"{rel['metric']} {val:g} is {ratio:.2f}x the {kind} median {median:g} "
-                   f"({len(ref_values)} {kind}; margin {rel['margin']}): {word} than the fleet")
-            update["status"] = "fail"
-            update["reason"] = msg if r.status == "pass" else f"{r.reason}; {msg}"
-        out.append(r.model_copy(update=update))
-    return out

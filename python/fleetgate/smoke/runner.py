@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,9 +110,12 @@ def run_smoke(
     probes_dir: str = PROBES_DIR,
     runs_base: Path | None = None,
     classes: Path | None = None,
+    skip_relative: Collection[str] = (),
 ) -> SmokeRun:
     """Run the smoke suite on every matching host in parallel; never raises for a host that
-    fails or cannot be reached (those are results), only for bad input (BadInput)."""
+    fails or cannot be reached (those are results), only for bad input (BadInput).
+    `skip_relative`: checks whose fleet-relative comparison a caller makes itself (a
+    rollout's canary analysis judges them per host), so they are not judged twice."""
     limit = validate_limit(limit)
     checks = parse_only(only)
     if forks < 1:
@@ -164,7 +167,7 @@ def run_smoke(
 
     with ThreadPoolExecutor(max_workers=min(forks, len(selected))) as pool:
         per_host = list(pool.map(one, list(selected)))
-    results = apply_relative([r for rs in per_host for r in rs], baseline)
+    results = apply_relative([r for rs in per_host for r in rs], baseline, skip=skip_relative)
     run = SmokeRun(
         schema="fleetgate.smoke.result/v1", started_at=started_at,
         finished_at=datetime.now(UTC), wall_s=round(time.monotonic() - t0, 3),

@@ -1,0 +1,129 @@
+"""Sample files for `fleetgate judge`: metric name -> samples, from any of
+
+- `smoke run --json` output (a results list): `CHECK.FIELD` from each measured result's
+  `FIELD_samples` (the GEMM probe's plain `samples` are `gemm.tflops`), else its headline
+  value, across every host in the file;
+- a plain JSON document `{"metric": [values...]}`;
+- all_reduce_perf output (text), through the smoke parser: `comms.busbw_gbps` and
+  `comms.algbw_gbps` at the largest message size (out-of-place and in-place, every run in
+  the file), and `comms.wrong` per row as an event count.
+
+Anything else is one BadInput naming the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fleetgate.errors import BadInput
+from fleetgate.judge.model import METRIC_NAME_RE, samples
+from fleetgate.smoke import parsers
+from fleetgate.smoke.model import CheckResult
+
+MAX_BYTES = 64 * 1024 * 1024
+_PLAIN_SAMPLES = {"gemm": "tflops"}
+
+
+def _read(path: Path) -> str:
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise BadInput(f"larger than {MAX_BYTES // (1024 * 1024)} MiB", source=path)
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput("no such file", source=path) from None
+    except IsADirectoryError:
+        raise BadInput("is a directory, not a sample file", source=path) from None
+    except UnicodeDecodeError:
+        raise BadInput("not UTF-8 text", source=path) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", source=path) from None
+
+
+def _from_smoke(doc: dict[str, Any], path: Path) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for i, raw in enumerate(doc["results"]):
+        try:
+            r = CheckResult.model_validate(raw)
+        except ValueError as exc:
+            raise BadInput(f"not a smoke result: {' '.join(str(exc).split())[:160]}",
+                           source=path, field=f"results[{i}]") from None
+        if r.probe_status != "ok":
+            continue
+        fields = {k[:-len("_samples")] for k, v in r.metrics.items()
+                  if k.endswith("_samples") and isinstance(v, list)}
+        if r.check in _PLAIN_SAMPLES and isinstance(r.metrics.get("samples"), list):
+            fields.add(_PLAIN_SAMPLES[r.check])
+        for f in fields:
+            key = ("samples" if _PLAIN_SAMPLES.get(r.check) == f
+                   and not isinstance(r.metrics.get(f"{f}_samples"), list) else f"{f}_samples")
+            vals = samples(r.metrics[key], source=str(path),
+                           field=f"results[{i}].metrics.{key}")
+            out.setdefault(f"{r.check}.{f}", []).extend(vals)
+    return out
+
+
+def _from_plain(doc: dict[str, Any], path: Path) -> dict[str, list[float]]:
+    import re
+
+    out: dict[str, list[float]] = {}
+    for name, vals in doc.items():
+        if not isinstance(name, str) or not re.match(METRIC_NAME_RE, name):
+            raise BadInput(f"metric name {name!r} is not a name ({METRIC_NAME_RE})",
+                           source=path, field=str(name))
+        if not isinstance(vals, list):
+            raise BadInput(f"samples must be a list of numbers, got {type(vals).__name__}",
+                           source=path, field=name)
+        out[name] = samples(vals, source=str(path), field=name)
+    return out
+
+
+def _from_all_reduce(text: str, path: Path) -> dict[str, list[float]]:
+    try:
+        doc = parsers.parse_all_reduce_perf(text)
+    except parsers.ParseError as exc:
+        raise BadInput(f"not a smoke result, a {{metric: [values]}} document or "
+                       f"all_reduce_perf output: {exc}", source=path) from None
+    rows = doc.get("rows") or []
+    if not rows:
+        raise BadInput("all_reduce_perf output without a result row", source=path)
+    top = max(r["size_bytes"] for r in rows)
+    out: dict[str, list[float]] = {"comms.busbw_gbps": [], "comms.algbw_gbps": [],
+                                   "comms.wrong": []}
+    for r in rows:
+        for place in ("out_of_place", "in_place"):
+            p = r.get(place) or {}
+            if r["size_bytes"] == top:
+                out["comms.busbw_gbps"].append(float(p["busbw_gbps"]))
+                out["comms.algbw_gbps"].append(float(p["algbw_gbps"]))
+            wrong = p.get("wrong")
+            if isinstance(wrong, int | float) and math.isfinite(wrong):
+                out["comms.wrong"].append(float(wrong))
+    return out
+
+
+def load_samples(path: Path) -> dict[str, list[float]]:
+    """Metric name -> samples from one file (see the module doc for the formats)."""
+    text = _read(path)
+    if not text.strip():
+        raise BadInput("empty file", source=path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if text.lstrip()[:1] in ("{", "["):
+            raise BadInput(f"not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}",
+                           source=path) from None
+        return _from_all_reduce(text, path)
+    if not isinstance(doc, dict):
+        raise BadInput(f"a sample file holds a JSON object, not a {type(doc).__name__}",
+                       source=path)
+    if "results" in doc:
+        if not isinstance(doc["results"], list):
+            raise BadInput("results must be a list of smoke results", source=path,
+                           field="results")
+        return _from_smoke(doc, path)
+    if not doc:
+        raise BadInput("no metrics in the document", source=path)
+    return _from_plain(doc, path)
