@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from fleetgate.errors import FleetgateError
-from fleetgate.rollout import budgets, canary_gate, hoststate, worker
+from fleetgate.rollout import before, budgets, canary_gate, hoststate, worker
 from fleetgate.rollout.canary import GateVerdict, explain, judge_canary, judge_self
 from fleetgate.rollout.journal import IN_FLIGHT, TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
@@ -236,6 +236,7 @@ class Controller:
             todo = self._drain_stage(todo, k)
         if todo:
             self._measure_before(todo, k)
+            before.record(self.j, self.rid, self.inventory, self.plan, todo, k, self.dir / "runs")
             self.j.set_hosts(self.rid, todo, "applying")
             todo = self._apply_stage(todo, k)
         if todo:
