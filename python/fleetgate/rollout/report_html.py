@@ -273,6 +273,9 @@ def _versions(s: dict[str, Any], events: list[dict[str, Any]]) -> str:
                "its change and its last reading (kernel, <code>/etc/fleetgate/manifest.json"
                "</code>, packages and files the targets name). Every value read is folded "
                "away under the host's row.</p>")
+    if not rd.any_manifest(events):
+        out.append("<p>No host reported a manifest (<code>/etc/fleetgate/manifest.json</code> "
+                   "absent).</p>")
     # Hosts whose change reads the same share a row: a fleet of 400 identical hosts is one
     # row, and the odd one out stands alone.
     groups: dict[Any, list[str]] = {}

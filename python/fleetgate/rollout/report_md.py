@@ -65,9 +65,12 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
     diffs = [(h, rd.changes(a, b)) for h, (a, b) in rd.versions(events).items()
              if a.label == "before"]
     if diffs:
+        # Hosts whose change reads the same share one line.
+        alike: dict[str, list[str]] = {}
+        for h, cs in diffs:
+            alike.setdefault("; ".join(code(c) for c in cs) or "unchanged", []).append(h)
         lines += ["", "**Versions (before → after)**", ""]
-        lines += [f"- {code(h)}: " + ("; ".join(code(c) for c in cs) if cs else "unchanged")
-                  for h, cs in diffs]
+        lines += [f"- {', '.join(code(h) for h in hs)}: {what}" for what, hs in alike.items()]
     if s["next_steps"]:
         lines += ["", "**Next steps**", ""]
         lines += [f"- {code(c)}" for c in s["next_steps"]]
