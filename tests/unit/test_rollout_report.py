@@ -330,13 +330,24 @@ def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str,
           **labels: str) -> float:
-    return samples[(metric, frozenset({"rollout": RID, **labels}.items()))]
+    return samples[(metric, frozenset({"rollout": "driver-575", **labels}.items()))]
 
 
 def test_metrics_text_parses_and_matches_journal(halted: Journal) -> None:
     text = metrics.render(halted, [RID])
     s = parse(text)
-    assert value(s, "fleetgate_rollout_info", name="driver-575") == 1
+    # The plan name is the bounded `rollout` label; the id only on the info metric.
+    assert value(s, "fleetgate_rollout_info", id=RID, **{"class": "h100-sxm"},
+                 change="pin-package kernel=6.8.0-57-generic,nvidia-driver-575=575.57.08-1,"
+                 "class_version=3") == 1
+    assert RID not in text.replace(f'id="{RID}"', "")
+    assert value(s, "fleetgate_rollout_waves_total") == 3
+    row0 = halted.rollout(RID)
+    assert row0 is not None
+    assert value(s, "fleetgate_rollout_start_timestamp_seconds") == row0.created_at
+    assert value(s, "fleetgate_rollout_duration_seconds") == pytest.approx(1198, abs=1)
+    assert value(s, "fleetgate_rollout_canary_score") == 50.0
+    assert value(s, "fleetgate_rollout_canary_relative_shift", metric="gemm.tflops") < -0.1
     assert value(s, "fleetgate_rollout_state", state="halted") == 1
     assert sum(v for (n, _), v in s.items() if n == "fleetgate_rollout_state") == 1
     assert value(s, "fleetgate_rollout_wave") == 2
@@ -359,7 +370,7 @@ def test_metrics_text_parses_and_matches_journal(halted: Journal) -> None:
     assert value(s, "fleetgate_rollout_last_update_timestamp_seconds") >= row.updated_at
     for fam in ("fleetgate_rollout_hosts gauge", "fleetgate_rollout_halts_total counter"):
         assert f"# TYPE {fam}\n" in text
-    assert text.count("# HELP ") == text.count("# TYPE ") == 10
+    assert text.count("# HELP ") == text.count("# TYPE ") == 15
 
 
 def test_metrics_label_escaping() -> None:
@@ -370,12 +381,23 @@ def test_metrics_label_escaping() -> None:
     assert s[("x_info", frozenset({"rollout": RID, "name": 'we"ird\\na\nme'}.items()))] == 1
 
 
-def test_metrics_of_every_rollout(tmp_path: Path) -> None:
-    s = parse(metrics.render(lab_journal(tmp_path), ["drill-1", "drill-2"]))
-    assert s[("fleetgate_rollout_state", frozenset({"rollout": "drill-2",
-                                                    "state": "completed"}.items()))] == 1
-    assert s[("fleetgate_rollout_hosts", frozenset({"rollout": "drill-1",
-                                                    "state": "skipped"}.items()))] == 5
+def test_metrics_two_runs_of_a_plan_do_not_double_the_series(tmp_path: Path) -> None:
+    j = lab_journal(tmp_path)  # drill-1 (halted) and drill-2 (completed): one plan
+    one = parse(metrics.render(j, ["drill-1"]))
+    both = parse(metrics.render(j, ["drill-1", "drill-2"]))
+    assert len(both) == len(one)
+    assert metrics.exported(j.rollouts()) == ["drill-2"]  # the last finished one per plan
+    assert both[("fleetgate_rollout_state", frozenset({"rollout": "stamp-drill",
+                                                      "state": "completed"}.items()))] == 1
+    info = [lab for (n, lab) in both if n == "fleetgate_rollout_info"]
+    assert [dict(x)["id"] for x in info] == ["drill-2"]
+    # An active run of the plan wins over the finished ones.
+    art = j.rollout("drill-1")
+    assert art is not None
+    j.create_rollout("drill-3", "stamp-drill", art.inventory, art.artifact,
+                     art.artifact["waves"])
+    assert metrics.exported(j.rollouts()) == ["drill-3"]
+    assert len(parse(metrics.render(j, [r.id for r in j.rollouts()]))) == len(one)
 
 
 def test_metrics_file_follows_the_rollout(fresh: Journal, tmp_path: Path) -> None:
