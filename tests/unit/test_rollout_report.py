@@ -347,7 +347,8 @@ def test_metrics_text_parses_and_matches_journal(halted: Journal) -> None:
     assert value(s, "fleetgate_rollout_start_timestamp_seconds") == row0.created_at
     assert value(s, "fleetgate_rollout_duration_seconds") == pytest.approx(1198, abs=1)
     assert value(s, "fleetgate_rollout_canary_score") == 50.0
-    assert value(s, "fleetgate_rollout_canary_relative_shift", metric="gemm.tflops") < -0.1
+    assert s[("fleetgate_rollout_canary_relative_shift",
+              frozenset({"rollout": "driver-575", "metric": "gemm.tflops"}.items()))] < -0.1
     assert value(s, "fleetgate_rollout_state", state="halted") == 1
     assert sum(v for (n, _), v in s.items() if n == "fleetgate_rollout_state") == 1
     assert value(s, "fleetgate_rollout_wave") == 2
