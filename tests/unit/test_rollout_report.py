@@ -528,6 +528,30 @@ def test_webhook_triggers_and_payload(fresh: Journal, hook: Hook) -> None:
     assert got[2]["status"]["state"] == "completed"
 
 
+def test_webhook_on_halt_says_where_the_fleet_is_and_what_next(tmp_path: Path,
+                                                                hook: Hook) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", "/srv/inventory.yml", report_data_artifact(), WAVES)
+    n = notifier(j, hook.url)
+    j.set_host(RID, "gpu-a01", "failed_held", "not at target after verify: kernel x != y")
+    for h in HOSTS[1:]:
+        j.set_host(RID, h, "skipped", "rollout halted before this host started")
+    j.set_rollout(RID, "halted", reason="rollout budget exceeded")
+    n.close()
+    halt = [r["json"] for r in hook.requests if r["json"]["trigger"] == "halt"][0]
+    assert halt["fleet"] == [
+        "1 held out of service: gpu-a01 (not at target after verify: kernel x != y)",
+        "5 untouched (skipped): gpu-a02, gpu-a03, gpu-b01, gpu-b02, gpu-b03 (rollout halted "
+        "before this host started)"]
+    assert halt["next_steps"][:3] == [
+        f"fleetgate rollout explain {RID} --wave 1",
+        f"fleetgate rollout history {RID} --kind host",
+        "fleetgate diagnose -i /srv/inventory.yml --limit gpu-a01"]
+    assert "fleetgate rollout plan /srv/plans/driver-575.yml" in halt["next_steps"]
+    assert "1 held out of service: gpu-a01" in halt["text"]
+    assert f"next: fleetgate rollout explain {RID} --wave 1" in halt["text"]
+
+
 def test_webhook_payload_is_built_at_send_time(fresh: Journal, hook: Hook) -> None:
     fresh.set_rollout(RID, "running", wave=3, phase="applying")
 
