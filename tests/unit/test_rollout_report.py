@@ -538,7 +538,7 @@ def test_webhook_on_halt_says_where_the_fleet_is_and_what_next(tmp_path: Path,
         j.set_host(RID, h, "skipped", "rollout halted before this host started")
     j.set_rollout(RID, "halted", reason="rollout budget exceeded")
     n.close()
-    halt = [r["json"] for r in hook.requests if r["json"]["trigger"] == "halt"][0]
+    halt = next(r["json"] for r in hook.requests if r["json"]["trigger"] == "halt")
     assert halt["fleet"] == [
         "1 held out of service: gpu-a01 (not at target after verify: kernel x != y)",
         "5 untouched (skipped): gpu-a02, gpu-a03, gpu-b01, gpu-b02, gpu-b03 (rollout halted "
