@@ -47,6 +47,8 @@ figure{margin:.6em 0 1.2em}figure svg{max-width:100%;height:auto}figure.wide svg
 td code{white-space:nowrap}table.versions td code,table.manifest td{white-space:normal;
  overflow-wrap:anywhere}details summary{cursor:pointer;color:#57606a}
 figcaption{font-size:.85em;color:#57606a}
+.score{display:inline-block;margin-left:.5em;padding:2px 12px;border-radius:6px;color:#fff;
+ font-size:1.35em;font-weight:700}.score small{font-size:.6em;font-weight:400}
 .summary td:first-child{font-weight:600;white-space:nowrap}
 """
 
@@ -222,13 +224,19 @@ def _canary(art: dict[str, Any], events: list[dict[str, Any]],
         title = rd.group_title(jd)
         against = (f" against baseline {esc(', '.join(jd.baseline_hosts))}"
                    if jd.baseline_hosts else "")
-        out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}</h3>"
+        v = jd.verdict or {}
+        score = v.get("score") if isinstance(v.get("score"), int | float) else None
+        out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}"
+                   + (f' <span class="score s-{esc(jd.outcome)}">score {score:.1f}'
+                      f"<small> / 100 (pass ≥ {esc(v.get('pass_threshold', '?'))})</small>"
+                      "</span>" if score is not None else "") + "</h3>"
                    f"<p class=muted>{'judged' if jd.verdict else 'recorded'} "
                    f"{esc(rd.when(jd.ts))}{against}</p>")
         group = by_group.pop(title, [])
         if group and figures < MAX_CANARY_FIGURES:
             figures += 1
-            out.append("<figure>" + report_plots.distribution_svg(title, group)
+            out.append("<figure>" + report_plots.distribution_svg(
+                title, group, outcome=jd.outcome, score=score)
                        + "<figcaption>Samples per metric; dotted: the baseline median; dashed "
                        "red: the tolerance the canary median must not cross.</figcaption>"
                        "</figure>")
