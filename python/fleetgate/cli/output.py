@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -102,9 +102,13 @@ def _prose(text: str) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paras if p.strip())
 
 
-def documented(examples: Sequence[str], exit_codes: str = EXIT_CODES_COMMON) -> Any:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def documented(examples: Sequence[str], exit_codes: str = EXIT_CODES_COMMON
+               ) -> Callable[[F], F]:
     """Give a command's help an Examples section and its exit codes (gh does the same)."""
-    def wrap(fn: Any) -> Any:
+    def wrap(fn: F) -> F:
         ex = "\n".join(f"  $ {e}" for e in examples)
         fn.__doc__ = (f"{_prose(fn.__doc__ or '')}\n\nExamples:\n{ex}\n\n"
                       f"Exit codes: {exit_codes}.")

@@ -154,7 +154,8 @@ class Follower:
         j = Journal(path)
         try:
             row = j.rollout(rid)
-            art = row.artifact if row else {"limits": {"total": 0}, "waves": []}
+            art: dict[str, Any] = row.artifact if row else {"limits": {"total": 0},
+                                                            "waves": []}
             self.tracker = Tracker(int(art["limits"]["total"]), len(art["waves"]))
             # Start from what the journal already says, so a resume's heartbeats know how
             # long an in-flight host has been in its phase.
