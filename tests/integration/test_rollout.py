@@ -133,10 +133,40 @@ def test_happy_path_apply_class_in_three_waves_in_order(lab: Lab) -> None:
         gates={"checks": ["discovery", "stack"]},
         # Room for 3 failures per wave lets a batch hold all 4 wave-2 hosts (budget + 1).
         budgets={"per_wave": {"max_failed": 3}, "total": {"max_failed": 3}})
-    proc = lab.rollout("start", str(plan), "--id", "happy-1", "--json")
-    assert proc.returncode == EXIT["completed"], proc.stdout[-2000:] + proc.stderr
-    s = json.loads(proc.stdout)
+    # Piped, as in CI: one JSON progress object per line, read as each one arrives.
+    started = lab.popen("start", str(plan), "--id", "happy-1", "--log-format", "json",
+                        "--heartbeat", "5")
+    assert started.stdout is not None
+    arrived: list[tuple[float, str]] = []
+    for line in started.stdout:
+        arrived.append((time.time(), line))
+    stderr = started.stderr.read() if started.stderr else ""
+    assert started.wait(60) == EXIT["completed"], "".join(x for _, x in arrived)[-2000:] + stderr
+    progress = [json.loads(x) for _, x in arrived if x.startswith("{")]
+    s = lab.status("happy-1")
     assert s["state"] == "completed"
+    # Every host transition got its line while the rollout ran, within seconds of the
+    # journal's own timestamp for it, not in a burst at the end.
+    journal = {e["seq"]: e for e in host_events(lab, "happy-1")}
+    seen = {r["seq"]: (t, r) for (t, _), r in zip(
+        [a for a in arrived if a[1].startswith("{")], progress, strict=True) if "seq" in r}
+    assert set(journal) <= set(seen)
+    for seq, e in journal.items():
+        t, r = seen[seq]
+        assert r["host"] == e["host"] and r["phase"] == e["data"]["to"]
+        assert 0 <= t - e["ts"] < 10, (r, t - e["ts"])
+    first_healthy = min(t for t, r in seen.values() if r.get("phase") == "healthy")
+    assert first_healthy < arrived[-1][0] - 10  # the canary's line came well before the end
+    beats = [r for r in progress if r["event"] == "heartbeat"]
+    assert beats and all(r["elapsed"] and r["phase"] for r in beats)
+    gates = [r for r in progress if r["event"] == "smoke"]
+    assert {(r["host"], r["check"], r["verdict"]) for r in gates} >= {
+        (h, c, "pass") for h in CANARY + WAVE1 + WAVE2 for c in ("discovery", "stack")}
+    # The controller read each host before its change.
+    before = lab.rollout("history", "happy-1", "--json", "--kind", "hoststate", check=True)
+    assert {e["host"] for e in json.loads(before.stdout)
+            if e["data"]["label"] == "before" and e["data"]["state"]} == set(
+        CANARY + WAVE1 + WAVE2)
     for h in CANARY + WAVE1 + WAVE2:
         assert s["hosts"][h]["state"] == "healthy", s["hosts"][h]
         assert s["hosts"][h]["gates"] == {"discovery": "pass", "stack": "pass"}

@@ -102,3 +102,50 @@ def test_network_log_catches_a_page_that_calls_out(tmp_path: Path) -> None:
                     "<p>control</p></body></html>")
     _, asked = render(page, tmp_path, "control")
     assert asked == ["http://example.invalid/x.png"]
+
+
+def measured_dom(page: Path, tmp: Path, name: str, width: int) -> str:
+    """The DOM chromium built at `width`, with the page's scroll and client widths written into
+    its title by a probe script (the report itself has no script, and its CSP forbids one, so
+    the probe runs on a copy without the CSP)."""
+    probe = tmp / f"{name}-probe.html"
+    text = page.read_text()
+    text = text.split('<meta http-equiv="Content-Security-Policy"')[0] + "<meta " + \
+        text.split('<meta http-equiv="Content-Security-Policy"', 1)[1].split(">", 1)[1]
+    probe.write_text(text.replace(
+        "</body>", "<script>document.title='W='+document.documentElement.scrollWidth+'/'+"
+        "document.documentElement.clientWidth</script></body>"))
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp / f'{name}-profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+         f"--window-size={width},2000", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("which", ["halted", "kernel"])
+def test_report_fits_1280_px_and_shows_the_version_change(tmp_path: Path, which: str) -> None:
+    from tests.fixtures.rollout.journal_builder import (
+        KERNEL_NEW,
+        KERNEL_OLD,
+        build_kernel_journal,
+    )
+
+    j, rid = (build_journal(tmp_path / "j.db") if which == "halted"
+              else build_kernel_journal(tmp_path / "k.db"))
+    page = tmp_path / f"{which}.html"
+    page.write_text(report_html.render(j, rid))
+    dom = measured_dom(page, tmp_path, which, 1280)
+    widths = dom.split("<title>W=", 1)[1].split("</title>", 1)[0]
+    scroll, client = map(int, widths.split("/"))
+    assert scroll <= client, f"horizontal overflow at 1280 px: {scroll} > {client}"
+    versions = dom.split('<section id="versions">', 1)[1].split("</section>", 1)[0]
+    if which == "kernel":
+        # The kernel-update rollout: old and new kernel side by side, per host group.
+        changed = versions.split('<table class="versions">', 1)[1].split("<details>", 1)[0]
+        assert (f'<span class="changed">kernel</span> <code>{KERNEL_OLD}</code> → '
+                f"<code>{KERNEL_NEW}</code>") in changed
+        assert "<code>lab-v01</code>, <code>lab-v02</code>" in changed
+        # The full manifest is there, folded away.
+        assert versions.count("<details>") == 1 and "<details open" not in versions

@@ -27,7 +27,7 @@ class Lab(LabHandle):
     def smoke(self, *args: str) -> tuple[int, dict[str, Any], float]:
         out = self.root.parent / f"smoke-{time.monotonic_ns()}.json"
         t0 = time.monotonic()
-        proc = self.run("smoke", "run", "-i", self.inventory, "--json", str(out), *args,
+        proc = self.run("smoke", "run", "-i", self.inventory, "--out", str(out), *args,
                         check=False)
         wall = time.monotonic() - t0
         assert out.exists(), proc.stderr

@@ -26,11 +26,18 @@ import pytest
 import typer
 
 from fleetgate.cli import rollout_cmd
+from fleetgate.cli.output import Output
 from fleetgate.errors import BadInput
 from fleetgate.rollout import metrics, notify, report_data, report_html, report_md
 from fleetgate.rollout.journal import Journal
 from tests.conftest import REPO, fleetgate
-from tests.fixtures.rollout.journal_builder import HOSTILE, RID, WAVES, build_journal
+from tests.fixtures.rollout.journal_builder import (
+    HOSTILE,
+    RID,
+    WAVES,
+    build_journal,
+    build_kernel_journal,
+)
 
 HOSTS = [h for w in WAVES for h in w]
 LAB_SQL = REPO / "tests" / "fixtures" / "rollout" / "lab-drills.sql"
@@ -155,15 +162,24 @@ def test_html_has_verdicts_plan_and_versions(halted: Journal, halted_html: str) 
                  "mode baseline", "tolerates 50% of 2 = 1 failed"):
         assert html.escape(text) in halted_html, text
     versions = halted_html.split("<section id=versions>")[1].split("</section>")[0]
-    # gpu-a02 was rolled back: first seen on 575, last seen on 570, and the change is marked.
-    a02 = versions.split("<code>gpu-a02</code>")[1].split("<code>gpu-b01</code>")[0]
-    assert "575.57.08-1" in a02 and "570.133.20-1" in a02 and "rollback-verify" in a02
-    assert '<span class="changed">manifest.class_version</span>' in a02
-    # Hosts that read alike share one block: a01 and a03 stayed on 575, wave 3 was skipped.
-    assert "<td><code>gpu-a01</code>, <code>gpu-a03</code></td><td>" in versions
+    # gpu-a02 was rolled back: read before on 570, last on 570 after the rollback, so only
+    # the kernel it booted differs; the full readings are folded away.
+    a02 = versions.split("<code>gpu-a02</code></td>")[1].split("</tr>")[0]
+    assert '<span class="changed">kernel</span> <code>6.8.0-55-generic</code> → ' \
+           "<code>6.8.0-57-generic</code>" in a02
+    assert "570.133.20-1" not in a02.split("<details>")[0]
+    assert "<details><summary>" in a02 and "rollback-verify" in a02
+    # Hosts whose change reads alike share one row: a01 and a03 went 570 -> 575.
+    a01 = versions.split("<td><code>gpu-a01</code>, <code>gpu-a03</code></td>")[1]
+    assert '<span class="changed">manifest.class_version</span> <code>2</code> → ' \
+           "<code>3</code>" in a01.split("</tr>")[0]
     assert versions.count("never read") == 1
     assert "<code>gpu-b01</code>, <code>gpu-b02</code>, <code>gpu-b03</code></td><td><span " \
            'class="muted">never read' in versions
+    # The halt says where the fleet stands and what to run next.
+    nxt = halted_html.split("<section id=next>")[1].split("</section>")[0]
+    assert "3 untouched (skipped): gpu-b01, gpu-b02, gpu-b03" in nxt
+    assert f"<code>fleetgate rollout explain {RID} --wave 2</code>" in nxt
 
 
 def test_html_of_real_lab_journal(tmp_path: Path) -> None:
@@ -188,7 +204,10 @@ def test_html_before_anything_ran(tmp_path: Path) -> None:
     assert "No host started: nothing to draw." in page
     assert "No host state was recorded" in page and "unknown" in page
     assert "No canary verdict was reached" in page
-    assert report_md.render(j, "fresh-one").startswith("### Rollout fresh-one")
+    md = report_md.render(j, "fresh-one")
+    assert md.startswith("**PLANNED**: `kernel ? → 6.8.0-57-generic; nvidia-driver-575 → "
+                         "575.57.08-1; class_version 2 → 3` on class `h100-sxm`")
+    assert "Reason" not in md
 
 
 def report_data_artifact() -> dict[str, Any]:
@@ -199,28 +218,47 @@ def report_data_artifact() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- Markdown
 
-def test_markdown_summary(halted: Journal) -> None:
-    text = report_md.render(halted, RID)
+def test_markdown_summary(halted: Journal, tmp_path: Path) -> None:
+    text = report_md.render(halted, RID, html_path=tmp_path / "r.html")
     lines = text.splitlines()
-    assert lines[0] == f"### Rollout {RID} (driver-575): **HALTED**"
-    assert "- **Reason:** wave 2 budget exceeded: 2 failed \\> 1 tolerated" in text
-    assert "- **Hosts:** 6 (1 failed_held, 1 healthy, 1 rolled_back, 3 skipped)" in text
-    assert "- **Budget:** 2 failed of 1 tolerated" in text
-    failed = [x for x in lines if x.startswith("- gpu-")]
-    assert [x.split()[1] for x in failed] == ["gpu-a02", "gpu-a03"]
-    assert "rolled back and verified on the old version" in failed[0]
-    # Markup in data is escaped, not interpreted.
-    assert "<script>" not in text and "\\<script\\>" in failed[1]
+    # One line states the change, class, outcome, hosts by state, duration, operator, git.
+    assert lines[0] == (
+        "**HALTED**: `kernel 6.8.0-55-generic → 6.8.0-57-generic; manifest.class_version 2 → 3; "
+        "package nvidia-driver-570 570.133.20-1 → not installed` on class `h100-sxm`, 6 hosts "
+        "(1 failed_held, 1 healthy, 1 rolled_back, 3 skipped), 19m58s, by `alice@ops-01` at "
+        "git `0a1b2c3d4e5f`")
+    assert f"- HTML report: `{tmp_path / 'r.html'}`" in lines
+    assert "- Reason: `wave 2 budget exceeded: 2 failed > 1 tolerated; rollout budget " \
+           "exceeded: 2 failed > 1 tolerated`" in lines
+    assert "- 3 untouched (skipped): `gpu-b01`, `gpu-b02`, `gpu-b03`: `rollout halted" in text
+    assert "- 1 held out of service: `gpu-a03`: `canary analysis failed" in text
+    assert f"- `fleetgate rollout explain {RID} --wave 2`" in lines
+    # Plain Markdown: data sits in code spans, with no backslash escapes and no raw HTML.
+    assert "\\" not in text and "|" not in text
+    assert HOSTILE + "`" in text  # inside a code span, where nothing is markup
+    for line in lines:
+        assert line.count("`") % 2 == 0, line
     verdicts = [x for x in lines if x.startswith("- wave ")]
-    assert verdicts[0].startswith("- wave 1 (gpu-a01): **PASS**")
-    assert verdicts[1].startswith("- wave 2 (gpu-a02, gpu-a03): **FAIL**, failed gemm.tflops")
+    assert verdicts[0].startswith("- wave 1 (`gpu-a01`): **PASS**")
+    assert verdicts[1].startswith("- wave 2 (`gpu-a02`, `gpu-a03`): **FAIL**, failed "
+                                  "`gemm.tflops`")
 
 
 def test_markdown_completed_with_skipped_canary(tmp_path: Path) -> None:
     j, _ = build_journal(tmp_path / "j.db", regress=False)
     text = report_md.render(j, RID)
-    assert "**COMPLETED**" in text and "**Failed hosts:** none" in text
-    assert "- wave 3 (gpu-b01, gpu-b02, gpu-b03): **SKIPPED**: no baseline host left" in text
+    assert text.startswith("**COMPLETED**") and "- 6 changed and verified: " in text
+    assert "- wave 3 (`gpu-b01`, `gpu-b02`, `gpu-b03`): **SKIPPED**: `no baseline host left" \
+           in text
+
+
+def test_markdown_kernel_update_states_old_and_new_kernel(tmp_path: Path) -> None:
+    j, rid = build_kernel_journal(tmp_path / "k.db")
+    text = report_md.render(j, rid)
+    assert text.startswith("**COMPLETED**: `kernel 6.1.0-55-cloud-amd64 → 6.1.0-57-cloud-amd64`"
+                           " on class `lab-vm`, 2 hosts (2 healthy), 6m20s, by `bob@ops-02` "
+                           "at git `feedc0ffee12`\n")
+    assert "- `lab-v01`, `lab-v02`: `kernel 6.1.0-55-cloud-amd64 → 6.1.0-57-cloud-amd64`" in text
 
 
 # ----------------------------------------------------------------------------- explain
@@ -261,7 +299,8 @@ def test_explain_and_report_cli(tmp_path: Path) -> None:
     out, md = tmp_path / "r.html", tmp_path / "r.md"
     p = fleetgate("rollout", "report", RID, "--html", str(out), "--md", str(md), env=env)
     assert p.returncode == 0, p.stderr
-    assert SVG_RE.search(out.read_text()) and md.read_text().startswith("### Rollout")
+    assert SVG_RE.search(out.read_text()) and md.read_text().startswith("**HALTED**: ")
+    assert f"- HTML report: `{out}`" in md.read_text()
 
 
 def test_report_cli_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,13 +330,25 @@ def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str,
           **labels: str) -> float:
-    return samples[(metric, frozenset({"rollout": RID, **labels}.items()))]
+    return samples[(metric, frozenset({"rollout": "driver-575", **labels}.items()))]
 
 
 def test_metrics_text_parses_and_matches_journal(halted: Journal) -> None:
     text = metrics.render(halted, [RID])
     s = parse(text)
-    assert value(s, "fleetgate_rollout_info", name="driver-575") == 1
+    # The plan name is the bounded `rollout` label; the id only on the info metric.
+    assert value(s, "fleetgate_rollout_info", id=RID, **{"class": "h100-sxm"},
+                 change="pin-package kernel=6.8.0-57-generic,nvidia-driver-575=575.57.08-1,"
+                 "class_version=3") == 1
+    assert RID not in text.replace(f'id="{RID}"', "")
+    assert value(s, "fleetgate_rollout_waves_total") == 3
+    row0 = halted.rollout(RID)
+    assert row0 is not None
+    assert value(s, "fleetgate_rollout_start_timestamp_seconds") == row0.created_at
+    assert value(s, "fleetgate_rollout_duration_seconds") == pytest.approx(1198, abs=1)
+    assert value(s, "fleetgate_rollout_canary_score") == 50.0
+    assert s[("fleetgate_rollout_canary_relative_shift",
+              frozenset({"rollout": "driver-575", "metric": "gemm.tflops"}.items()))] < -0.1
     assert value(s, "fleetgate_rollout_state", state="halted") == 1
     assert sum(v for (n, _), v in s.items() if n == "fleetgate_rollout_state") == 1
     assert value(s, "fleetgate_rollout_wave") == 2
@@ -320,7 +371,7 @@ def test_metrics_text_parses_and_matches_journal(halted: Journal) -> None:
     assert value(s, "fleetgate_rollout_last_update_timestamp_seconds") >= row.updated_at
     for fam in ("fleetgate_rollout_hosts gauge", "fleetgate_rollout_halts_total counter"):
         assert f"# TYPE {fam}\n" in text
-    assert text.count("# HELP ") == text.count("# TYPE ") == 10
+    assert text.count("# HELP ") == text.count("# TYPE ") == 15
 
 
 def test_metrics_label_escaping() -> None:
@@ -331,12 +382,23 @@ def test_metrics_label_escaping() -> None:
     assert s[("x_info", frozenset({"rollout": RID, "name": 'we"ird\\na\nme'}.items()))] == 1
 
 
-def test_metrics_of_every_rollout(tmp_path: Path) -> None:
-    s = parse(metrics.render(lab_journal(tmp_path), ["drill-1", "drill-2"]))
-    assert s[("fleetgate_rollout_state", frozenset({"rollout": "drill-2",
-                                                    "state": "completed"}.items()))] == 1
-    assert s[("fleetgate_rollout_hosts", frozenset({"rollout": "drill-1",
-                                                    "state": "skipped"}.items()))] == 5
+def test_metrics_two_runs_of_a_plan_do_not_double_the_series(tmp_path: Path) -> None:
+    j = lab_journal(tmp_path)  # drill-1 (halted) and drill-2 (completed): one plan
+    one = parse(metrics.render(j, ["drill-1"]))
+    both = parse(metrics.render(j, ["drill-1", "drill-2"]))
+    assert len(both) == len(one)
+    assert metrics.exported(j.rollouts()) == ["drill-2"]  # the last finished one per plan
+    assert both[("fleetgate_rollout_state", frozenset({"rollout": "stamp-drill",
+                                                      "state": "completed"}.items()))] == 1
+    info = [lab for (n, lab) in both if n == "fleetgate_rollout_info"]
+    assert [dict(x)["id"] for x in info] == ["drill-2"]
+    # An active run of the plan wins over the finished ones.
+    art = j.rollout("drill-1")
+    assert art is not None
+    j.create_rollout("drill-3", "stamp-drill", art.inventory, art.artifact,
+                     art.artifact["waves"])
+    assert metrics.exported(j.rollouts()) == ["drill-3"]
+    assert len(parse(metrics.render(j, [r.id for r in j.rollouts()]))) == len(one)
 
 
 def test_metrics_file_follows_the_rollout(fresh: Journal, tmp_path: Path) -> None:
@@ -466,6 +528,30 @@ def test_webhook_triggers_and_payload(fresh: Journal, hook: Hook) -> None:
     assert got[2]["status"]["state"] == "completed"
 
 
+def test_webhook_on_halt_says_where_the_fleet_is_and_what_next(tmp_path: Path,
+                                                                hook: Hook) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", "/srv/inventory.yml", report_data_artifact(), WAVES)
+    n = notifier(j, hook.url)
+    j.set_host(RID, "gpu-a01", "failed_held", "not at target after verify: kernel x != y")
+    for h in HOSTS[1:]:
+        j.set_host(RID, h, "skipped", "rollout halted before this host started")
+    j.set_rollout(RID, "halted", reason="rollout budget exceeded")
+    n.close()
+    halt = next(r["json"] for r in hook.requests if r["json"]["trigger"] == "halt")
+    assert halt["fleet"] == [
+        "1 held out of service: gpu-a01 (not at target after verify: kernel x != y)",
+        "5 untouched (skipped): gpu-a02, gpu-a03, gpu-b01, gpu-b02, gpu-b03 (rollout halted "
+        "before this host started)"]
+    assert halt["next_steps"][:3] == [
+        f"fleetgate rollout explain {RID} --wave 1",
+        f"fleetgate rollout history {RID} --kind host",
+        "fleetgate diagnose -i /srv/inventory.yml --limit gpu-a01"]
+    assert "fleetgate rollout plan /srv/plans/driver-575.yml" in halt["next_steps"]
+    assert "1 held out of service: gpu-a01" in halt["text"]
+    assert f"next: fleetgate rollout explain {RID} --wave 1" in halt["text"]
+
+
 def test_webhook_payload_is_built_at_send_time(fresh: Journal, hook: Hook) -> None:
     fresh.set_rollout(RID, "running", wave=3, phase="applying")
 
@@ -563,7 +649,7 @@ def test_run_wires_metrics_file_and_webhook(fresh: Journal, hook: Hook, tmp_path
     monkeypatch.setattr(rollout_cmd, "Controller", FakeController)
     prom = tmp_path / "rollout.prom"
     with pytest.raises(typer.Exit) as exc:
-        rollout_cmd._run(fresh, RID, resume=True, as_json=True, lease_ttl=30,
+        rollout_cmd._run(fresh, RID, resume=True, out=Output.json, lease_ttl=30,
                          metrics_file=prom, webhook=hook.url)
     assert exc.value.exit_code == 0
     s = parse(prom.read_text())

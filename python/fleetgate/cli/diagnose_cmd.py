@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.triage.diagnose import DiagnoseRun, diagnose, replay
 from fleetgate.triage.model import Walk
@@ -39,13 +39,17 @@ def _print_walk(w: Walk) -> None:
         console.print(f"[bold]decision:[/bold] {esc(decision)}")
 
 
+@documented([
+    "fleetgate diagnose -i inventory.yml --limit gpu-a03",
+    "fleetgate diagnose --from runs/triage-gpu-a03.json --backend nvidia --gpus 8",
+], "0 clean, 1 a stage found a problem, 4 could not collect or measure, 2 bad input")
 def diagnose_command(
     inventory: Annotated[Path | None, typer.Option("--inventory", "-i",
                                                    help="Ansible inventory.")] = None,
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="The host (or host pattern) to diagnose.")
                      ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     command_timeout: Annotated[int, typer.Option(
         "--command-timeout", help="Seconds each command may run on the host.")] = 10,
     from_file: Annotated[Path | None, typer.Option(

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.spec.loader import repo_root
@@ -27,10 +27,14 @@ LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible hos
 
 
 @app.command()
+@documented([
+    "fleetgate fleet ping -i inventory.yml",
+    "fleetgate fleet ping -i inventory.yml --limit lab-c01 --json",
+])
 def ping(
     inventory: InventoryOpt,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Ping hosts with Ansible's ping module; exit 1 if any host is unreachable or fails."""
     result = ansible.run(inventory=inventory, module="ping", limit=limit)
@@ -53,10 +57,14 @@ def ping(
 
 
 @app.command()
+@documented([
+    "fleetgate fleet facts -i inventory.yml --limit lab-c01",
+    "fleetgate fleet facts -i inventory.yml --json",
+])
 def facts(
     inventory: InventoryOpt,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Kernel, OS and class of each host (playbooks/facts.yml); exit 1 if any host fails."""
     result = ansible.run(inventory=inventory, playbook=repo_root() / "playbooks" / "facts.yml",
@@ -112,6 +120,10 @@ def resolve_playbook(name: str) -> Path:
 
 
 @app.command()
+@documented([
+    "fleetgate fleet play smoke-probes -i inventory.yml",
+    "fleetgate fleet play apply-class -i inventory.yml --limit lab-c02 -e fleetgate_class=lab-cpu",
+])
 def play(
     playbook: Annotated[str, typer.Argument(help="Name in playbooks/ (e.g. kernel-update) "
                                                  "or a path.")],
@@ -119,7 +131,7 @@ def play(
     limit: LimitOpt = None,
     extra_vars: Annotated[list[str] | None, typer.Option(
         "--extra-vars", "-e", help="KEY=VALUE, repeatable.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Run a playbook through ansible-runner; exit 1 if any host fails or is unreachable."""
     path = resolve_playbook(playbook)
@@ -149,10 +161,14 @@ HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
 @app.command()
+@documented([
+    "fleetgate fleet drift -i inventory.yml",
+    "fleetgate fleet drift -i inventory.yml --json",
+])
 def drift(
     inventory: InventoryOpt,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare each host's live versions and devices with its class and the manifest it
     carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
@@ -185,6 +201,9 @@ def drift(
 
 
 @app.command("cache-key")
+@documented([
+    "fleetgate fleet cache-key -i inventory.yml lab-c01",
+])
 def cache_key_command(
     host: Annotated[str, typer.Argument(help="One inventory host.")],
     inventory: InventoryOpt,
@@ -194,7 +213,7 @@ def cache_key_command(
     runtime: Annotated[str | None, typer.Option(
         "--runtime", help="cuda=X.Y or rocm=X.Y the workload runs (default: the class's "
                           "userland pin).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Print the cache key for engine and compile caches on HOST: a short sha256 over device
     model, PCI ID, compute capability, driver, CUDA/ROCm runtime and engine versions."""

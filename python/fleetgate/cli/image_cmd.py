@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.image import store
 from fleetgate.image.build import BuildOptions, Source, build_image
@@ -26,6 +26,10 @@ def _size(n: int) -> str:
 
 
 @app.command()
+@documented([
+    "fleetgate image build lab-cpu",
+    "fleetgate image build lab-vm --source qemu --accelerator kvm --force",
+], "0 built, 1 the build failed (the log says where), 2 bad input")
 def build(
     node_class: Annotated[str, typer.Argument(metavar="CLASS", help="Class name or file.")],
     source: Annotated[Source, typer.Option(help="docker: rootfs tar; qemu: bootable disk.")]
@@ -68,7 +72,12 @@ def _summary(img: store.StoredImage) -> dict[str, Any]:
 
 
 @app.command("list")
-def list_(out: OutOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+@documented([
+    "fleetgate image list",
+    "fleetgate image list --json",
+])
+def list_(out: OutOpt = None,
+          as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """Every image in the store, oldest version first."""
     images = store.list_images(store.images_dir(out))
     if as_json:
@@ -87,6 +96,10 @@ def list_(out: OutOpt = None, as_json: Annotated[bool, typer.Option("--json")] =
 
 
 @app.command()
+@documented([
+    "fleetgate image show lab-cpu-2",
+    "fleetgate image show lab-cpu-2 --json",
+])
 def show(
     ref: Annotated[str, typer.Argument(metavar="CLASS[:VERSION]")],
     out: OutOpt = None,

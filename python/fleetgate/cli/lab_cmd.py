@@ -8,7 +8,7 @@ from typing import Annotated, get_args
 import typer
 from rich.table import Table
 
-from fleetgate.cli.output import console, print_json
+from fleetgate.cli.output import JSON_HELP, console, documented, print_json
 from fleetgate.errors import BadInput
 from fleetgate.image.lab_images import LabImages, resolve_lab_images
 from fleetgate.lab import fleet
@@ -30,6 +30,10 @@ def _lab(
 
 
 @app.command()
+@documented([
+    "fleetgate lab up --containers 4",
+    "fleetgate lab --lab-dir /tmp/lab up --containers 8",
+], "0 ok, 2 bad input, 3 the lab could not be brought up")
 def up(
     ctx: typer.Context,
     containers: Annotated[int, typer.Option(min=0, max=200)] = 6,
@@ -59,9 +63,13 @@ def up(
 
 
 @app.command()
+@documented([
+    "fleetgate lab status",
+    "fleetgate lab status --json",
+], "0 ok, 3 lab error")
 def status(
     ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Host, kind, class, port, pool, running, reachable over SSH, active faults."""
     rows = fleet.status(ctx.obj)
@@ -80,6 +88,9 @@ def status(
 
 
 @app.command()
+@documented([
+    "fleetgate lab inventory",
+], "0 ok, 3 lab error")
 def inventory(ctx: typer.Context) -> None:
     """(Re)write the lab's Ansible inventory and print its path."""
     paths: LabPaths = ctx.obj
@@ -87,6 +98,10 @@ def inventory(ctx: typer.Context) -> None:
 
 
 @app.command()
+@documented([
+    "fleetgate lab down",
+    "fleetgate lab --lab-dir /tmp/lab down",
+], "0 ok, 3 lab error")
 def down(ctx: typer.Context) -> None:
     """Remove every host of this lab and its state; leaves no container, process or port."""
     removed = fleet.down(ctx.obj)
@@ -94,6 +109,9 @@ def down(ctx: typer.Context) -> None:
 
 
 @app.command()
+@documented([
+    "fleetgate lab fault lab-c02 unreachable",
+], "0 ok, 2 bad input, 3 lab error")
 def fault(
     ctx: typer.Context,
     host: Annotated[str, typer.Argument()],
@@ -110,6 +128,9 @@ def fault(
 
 
 @app.command()
+@documented([
+    "fleetgate lab heal lab-c02",
+], "0 ok, 2 bad input, 3 lab error")
 def heal(ctx: typer.Context, host: Annotated[str, typer.Argument()]) -> None:
     """Undo every fault on a host and wait until it answers SSH again."""
     healed = fleet.heal_host(ctx.obj, host)

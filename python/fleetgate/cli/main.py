@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import click
 import typer
@@ -26,6 +27,7 @@ from fleetgate.cli import (
     spec_cmd,
 )
 from fleetgate.errors import FleetgateError
+from fleetgate.revision import version_text
 
 app = typer.Typer(
     name="fleetgate",
@@ -34,6 +36,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the version and the git revision, and exit.")] = False,
+) -> None:
+    """Golden images, pinned GPU stacks and gated canary rollouts for GPU fleets."""
+
+
 app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(lab_cmd.app, name="lab")
 app.add_typer(fleet_cmd.app, name="fleet")

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.preflight import load_table, scan_target
 from fleetgate.preflight.model import Artifact, ScanResult
 from fleetgate.preflight.warmup import parse_stack
@@ -84,6 +84,10 @@ def _render(result: ScanResult, backend: str, allowed: frozenset[str], strict: b
 
 
 @app.command()
+@documented([
+    "fleetgate preflight deps dist/model.tar --backend nvidia",
+    "fleetgate preflight deps ./wheelhouse --json",
+], "0 every artifact runs on the pool, 1 one needs a backend the pool lacks, 2 bad input")
 def deps(
     target: Annotated[Path, typer.Argument(
         help="A wheel, a directory of wheels, a venv or site-packages, a rootfs directory, "
@@ -94,7 +98,7 @@ def deps(
     tables: Annotated[list[Path] | None, typer.Option(
         "--table", help="Extra vendor table (YAML, same layout as the shipped one); "
                         "repeatable.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)
                         ] = False,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Fail on weak evidence too (dlopen strings, optional extras).")
@@ -120,6 +124,9 @@ WARMUP_COLOUR = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
 @app.command()
+@documented([
+    "fleetgate preflight warmup -i inventory.yml --limit lab-c01",
+])
 def warmup(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
     node_class: Annotated[str | None, typer.Option(
@@ -131,7 +138,7 @@ def warmup(
         "--import", help="Python module of the model stack, repeatable or comma-separated "
                          "(default: what the inference probe imports: numpy on cpu, torch on "
                          "GPUs).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)
                         ] = False,
 ) -> None:
     """Import the model stack and run a one-batch warm-up through the inference probe on one

@@ -1,13 +1,19 @@
 """`fleetgate rollout`: plan, start, watch, approve, abort and resume staged rollouts.
 
-Exit codes of start/resume: 0 completed, 10 halted, 11 aborted, 12 another controller holds
-the lease, 1 error, 2 bad input (nothing ran).
+Exit codes of start/resume/status: 0 completed, 10 halted, 11 aborted, 12 another controller
+holds the lease, 1 error, 2 bad input (nothing ran).
+
+Progress of start/resume comes from following the journal (rollout/progress.py), never from
+inside the controller: the lines show exactly what is committed, as `history` would.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,15 +22,32 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput, FleetgateError
+from fleetgate.revision import git_revision, operator
 from fleetgate.rollout import artifact as artifacts
 from fleetgate.rollout import metrics as rollout_metrics
-from fleetgate.rollout import notify, report_data
+from fleetgate.rollout import notify, progress, report_data
 from fleetgate.rollout.engine import Controller
 from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal
 from fleetgate.rollout.lease import LeaseHeld, holder
-from fleetgate.rollout.status import history_line, summary
+from fleetgate.rollout.status import (
+    DEFAULT_HISTORY_KINDS,
+    HISTORY_KINDS,
+    history_line,
+    iso,
+    summary,
+)
 
 app = typer.Typer(help="Staged rollouts: canary pools and waves, gates, budgets, halt.",
                   no_args_is_help=True)
@@ -34,7 +57,23 @@ STATE_COLOUR = {"healthy": "green", "failed_held": "red", "rolled_back": "magent
                 "skipped": "dim", "pending": "white", "completed": "green", "halted": "red",
                 "aborted": "red"}
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JsonOpt = JsonFlag
+EXITS_RUN = ("0 completed, 10 halted, 11 aborted, 12 another controller holds the lease, "
+             "1 error, 2 bad input (nothing ran), 130 interrupted")
+EXITS_STATUS = ("0 completed or still running, 10 halted, 11 aborted, 1 error, "
+                "2 bad input (no such rollout)")
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOpt = Annotated[LogFormat, typer.Option(
+    "--log-format", help="Progress lines: text, or json (one object per line, for log "
+    "shippers). On a terminal, text is a live view instead.", case_sensitive=False)]
+HeartbeatOpt = Annotated[float, typer.Option(
+    "--heartbeat", min=1, max=60, help="Seconds between heartbeat lines while a phase runs.")]
 IdArg = Annotated[str, typer.Argument(help="Rollout id (see `rollout list`).")]
 MetricsOpt = Annotated[Path | None, typer.Option(
     "--metrics-file", help="Keep a node_exporter textfile (*.prom) of the rollout up to date.")]
@@ -71,24 +110,51 @@ def _plan_table(doc: dict[str, Any]) -> Table:
     return t
 
 
+def _output_value(value: str | None) -> Output | None:
+    """-o once named the artifact on `rollout plan`; a path given to it gets a hint."""
+    if value is None:
+        return None
+    try:
+        return Output(value.lower())
+    except ValueError:
+        raise BadInput("-o is the output format (json, wide or table); write the artifact "
+                       "with --out PATH", source="-o", field=value) from None
+
+
 @app.command()
+@documented([
+    "fleetgate rollout plan examples/rollout/kernel-update.plan.yml",
+    "fleetgate rollout plan kernel-57.plan.yml -i inventory.yml --out kernel-57.json",
+    "fleetgate rollout plan kernel-57.plan.yml -o json | jq .waves",
+])
 def plan(
     plan_file: Annotated[Path, typer.Argument(help="Rollout plan YAML.")],
     inventory: Annotated[Path | None, typer.Option("--inventory", "-i",
                                                    help="Overrides the plan's inventory.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the artifact."
+    out: Annotated[Path | None, typer.Option("--out", help="Where to write the artifact."
                                              )] = None,
     as_json: JsonOpt = False,
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="Output format: table, wide or json.", show_default=False)
+                      ] = None,
 ) -> None:
     """Dry run: resolve hosts and waves, print budgets, window and gates, write the artifact
     that `rollout start` takes. Touches no host."""
+    form = fmt(as_json, _output_value(output))
     doc = artifacts.build(plan_file, inventory)
     path = artifacts.write(doc, out)
-    if as_json:
+    if form is Output.json:
         print_json({**doc, "artifact": str(path)})
         return
     p = doc["plan"]
-    console.print(_plan_table(doc))
+    if form is Output.table:
+        console.print(_plan_table(doc))
+    else:
+        print_rows(["wave", "hosts", "domains", "budget"], [
+            [str(k), ", ".join(m), ", ".join(sorted({"/".join(doc["hosts"][h]["domains"]
+                                                              .values()) for h in m})),
+             doc["budgets"]["per_wave"][k - 1]] for k, m in enumerate(doc["waves"], start=1)],
+            form, title=f"rollout plan {p['name']}")
     for n in doc["notes"]:
         console.print(f"note: {esc(n)}")
     console.print(f"change: {esc(p['change']['playbook'])} {esc(p['change']['extra_vars'])}")
@@ -127,26 +193,68 @@ def _check_telemetry(metrics_file: Path | None, webhook: str | None) -> None:
         notify.check_url(webhook)
 
 
-def _run(j: Journal, rid: str, *, resume: bool, as_json: bool, lease_ttl: float,
+def _writer(machine_stdout: bool) -> Any:
+    # With -o json stdout carries one JSON document; the progress goes to stderr beside it.
+    stream = sys.stderr if machine_stdout else sys.stdout
+
+    def write(line: str) -> None:
+        print(line, file=stream, flush=True)
+    return write
+
+
+def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
+         log_format: LogFormat = LogFormat.text, heartbeat: float = 60.0,
          metrics_file: Path | None = None, webhook: str | None = None) -> None:
-    ctl = Controller(j, rid, lease_ttl_s=lease_ttl, log=_say(as_json))
+    row = j.rollout(rid)
+    waves = len(row.artifact["waves"]) if row else 0
+    after = j.events(rid)[-1]["seq"] if resume and j.events(rid) else 0
+    live_view = (out is Output.table and log_format is LogFormat.text
+                 and console.is_terminal)
+    write = _writer(out is Output.json)
+    emit = progress.line_printer(log_format.value, waves, write)
+
+    def log(message: str) -> None:
+        emit({"ts": iso(time.time()), "rollout": rid, "event": "log", "text": message})
+
+    live: Live | None = None
+    if live_view:
+        # A terminal gets one live table instead of a scroll of lines.
+        live = Live(_status_view(summary(j, rid)), console=console, refresh_per_second=2)
+
+        def emit_live(_rec: dict[str, Any]) -> None:
+            assert live is not None
+            live.update(_status_view(summary(j, rid)))
+        follower = progress.Follower(j.path, rid, emit_live, heartbeat_s=heartbeat,
+                                     after=after)
+        live.start()
+    else:
+        follower = progress.Follower(j.path, rid, emit, heartbeat_s=heartbeat, after=after)
+    ctl = Controller(j, rid, lease_ttl_s=lease_ttl,
+                     log=(lambda m: console.print(esc(m))) if live_view else log)
     if metrics_file is not None:
         rollout_metrics.attach(j, rid, metrics_file)
-    notifier = notify.attach(j, rid, webhook, log=_say(as_json)) if webhook else None
+    notifier = notify.attach(j, rid, webhook, log=log) if webhook else None
+    follower.start()
     try:
         state = ctl.run(resume=resume)
     finally:
+        follower.stop()
+        if live is not None:
+            live.stop()
         if notifier is not None:
             notifier.close()
-    s = summary(j, rid)
-    if as_json:
-        print_json(s)
-    else:
-        console.print(_status_view(s))
+    _show_status(summary(j, rid), out)
     raise typer.Exit(EXIT_BY_STATE.get(state, 1))
 
 
 @app.command()
+@documented([
+    "fleetgate rollout start kernel-57.plan.yml",
+    "fleetgate rollout start ~/.local/state/fleetgate/rollouts/plans/kernel-57-1f2e.json "
+    "--id kernel-57-tue",
+    "fleetgate rollout start plan.yml --log-format json --metrics-file /var/lib/node_exporter/"
+    "fleetgate.prom",
+], EXITS_RUN)
 def start(
     plan_file: Annotated[Path, typer.Argument(help="Plan artifact (from `rollout plan`) or a "
                                                    "plan YAML.")],
@@ -157,10 +265,16 @@ def start(
     lease_ttl: Annotated[float, typer.Option(min=3, max=3600, help="Lease TTL in seconds.")
                          ] = 30.0,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
+    log_format: LogFormatOpt = LogFormat.text,
+    heartbeat: HeartbeatOpt = 60.0,
     metrics_file: MetricsOpt = None,
     webhook: WebhookOpt = None,
 ) -> None:
-    """Start a rollout and drive it to completed, halted or aborted."""
+    """Start a rollout and drive it to completed, halted or aborted, printing one timestamped
+    line per transition (wave, host, phase, gate verdict, budget used) and a heartbeat while a
+    phase runs."""
+    out = fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     doc = artifacts.load(plan_file, inventory)
     rid = artifacts.check_id(rollout_id) if rollout_id else artifacts.new_id(doc["plan"]["name"])
@@ -175,21 +289,35 @@ def start(
         raise LeaseHeld(f"held by controller pid {h['pid']} on {h['host']} (rollout "
                         f"{h['rollout']})", source=scope)
     j.create_rollout(rid, doc["plan"]["name"], doc["inventory"], doc, doc["waves"])
-    _say(as_json)(f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves")
-    _run(j, rid, resume=False, as_json=as_json, lease_ttl=lease_ttl,
-         metrics_file=metrics_file, webhook=webhook)
+    # Who started it, from which fleetgate: what a change ticket must state.
+    j.event(rid, "started", {"by": operator(), "git": git_revision()})
+    first = {"ts": iso(time.time()), "rollout": rid, "event": "log",
+             "text": f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves"}
+    progress.line_printer(log_format.value, len(doc["waves"]), _writer(out is Output.json))(
+        first)
+    _run(j, rid, resume=False, out=out, lease_ttl=lease_ttl, log_format=log_format,
+         heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
 
 
 @app.command()
+@documented([
+    "fleetgate rollout resume kernel-57-20261201-0930-ab12",
+    "fleetgate rollout resume kernel-57-20261201-0930-ab12 --log-format json",
+], EXITS_RUN)
 def resume(
     rollout_id: IdArg,
-    lease_ttl: Annotated[float, typer.Option(min=3, max=3600)] = 30.0,
+    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, help="Lease TTL in seconds.")
+                         ] = 30.0,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
+    log_format: LogFormatOpt = LogFormat.text,
+    heartbeat: HeartbeatOpt = 60.0,
     metrics_file: MetricsOpt = None,
     webhook: WebhookOpt = None,
 ) -> None:
     """Carry on a rollout whose controller died (or that halted resumably: interrupt, window).
     Reconciles in-flight hosts with what they actually run before anything else."""
+    out = fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
@@ -197,68 +325,151 @@ def resume(
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
         # Idempotent: resuming a finished rollout reports how it finished.
-        _say(as_json)(f"rollout {rollout_id} is already {row.state}; nothing to resume")
-        s = summary(j, rollout_id)
-        print_json(s) if as_json else console.print(_status_view(s))
+        if out is not Output.json:
+            print(f"rollout {rollout_id} is already {row.state}; nothing to resume")
+        _show_status(summary(j, rollout_id), out)
         raise typer.Exit(EXIT_BY_STATE[row.state])
-    _run(j, rollout_id, resume=True, as_json=as_json, lease_ttl=lease_ttl,
-         metrics_file=metrics_file, webhook=webhook)
+    _run(j, rollout_id, resume=True, out=out, lease_ttl=lease_ttl, log_format=log_format,
+         heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
+
+
+def _host_rows(s: dict[str, Any]) -> list[list[str]]:
+    """One row per group of hosts sharing wave, state and reason: four skipped hosts with one
+    reason are one row, not four copies of a wrapped paragraph."""
+    rows: list[list[str]] = []
+    for g in s["groups"]:
+        by_wave: dict[tuple[int, str, int], list[str]] = {}
+        for h in g["hosts"]:
+            d = s["hosts"][h]
+            gates = " ".join(f"{c}:{v}" for c, v in d["gates"].items())
+            by_wave.setdefault((d["wave"], gates, d["applies"]), []).append(h)
+        for (wave, gates, applies), hosts in sorted(by_wave.items()):
+            rows.append([str(wave), ", ".join(hosts), g["state"], gates or "-", str(applies),
+                         g["reason"] or "-"])
+    return rows
+
+
+def _status_lines(s: dict[str, Any]) -> list[str]:
+    b = s["budget"]
+    lines = [f"budget: {b['failed']} failed of {b['tolerated']} tolerated (rollout); per wave: "
+             + "; ".join(f"w{w['wave']} {w['failed']}/{w['tolerated']}" for w in s["waves"])]
+    if s["reason"]:
+        lines.append(f"reason: {s['reason']}")
+    c = s["controller"]
+    if c:
+        lines.append(f"controller: pid {c['pid']} on {c['host']}"
+                     + ("" if c["alive"] else " (lease expired: resume to take over)"))
+    if s["state"] in ("halted", "aborted"):
+        lines.append("fleet now:")
+        lines += [f"  {x}" for x in s["fleet"]]
+    if s["next_steps"]:
+        lines.append("next:")
+        lines += [f"  {x}" for x in s["next_steps"]]
+    return lines
+
+
+def _title(s: dict[str, Any]) -> str:
+    return f"{s['id']}: {s['state']}" + (f" (wave {s['wave']} of {len(s['waves'])}, "
+                                          f"{s['phase']})" if s["phase"] else "")
 
 
 def _status_view(s: dict[str, Any]) -> Group:
-    t = Table("wave", "host", "state", "gates", "applies", "reason",
-              title=f"{s['id']}: {s['state']}" + (f" (wave {s['wave']}, {s['phase']})"
-                                                 if s["phase"] else ""))
-    for h, d in s["hosts"].items():
-        colour = STATE_COLOUR.get(d["state"], "yellow")
-        gates = " ".join(f"{c}:{v}" for c, v in d["gates"].items())
-        t.add_row(str(d["wave"]), esc(h), f"[{colour}]{d['state']}[/{colour}]", esc(gates),
-                  str(d["applies"]), esc(d["reason"][:120]))
-    b = s["budget"]
-    lines: list[Table | str] = [
-        t, f"budget: {b['failed']} failed of {b['tolerated']} tolerated (rollout); per wave: "
-        + "; ".join(f"w{w['wave']} {w['failed']}/{w['tolerated']}" for w in s["waves"])]
-    if s["reason"]:
-        lines.append(f"reason: {esc(s['reason'])}")
-    c = s["controller"]
-    if c:
-        lines.append(f"controller: pid {c['pid']} on {esc(c['host'])}"
-                     + ("" if c["alive"] else " (lease expired: resume to take over)"))
-    return Group(*lines)
+    t = Table("wave", "hosts", "state", "gates", "applies", "reason", title=_title(s))
+    for c in t.columns:
+        c.overflow = "fold"
+    for r in _host_rows(s):
+        colour = STATE_COLOUR.get(r[2], "yellow")
+        t.add_row(r[0], esc(r[1]), f"[{colour}]{r[2]}[/{colour}]", esc(r[3]), r[4], esc(r[5]))
+    return Group(t, *(esc(x) for x in _status_lines(s)))
+
+
+def _show_status(s: dict[str, Any], out: Output) -> None:
+    if out is Output.json:
+        print_json(s)
+    elif out is Output.table:
+        console.print(_status_view(s))
+    else:
+        print_rows(["wave", "hosts", "state", "gates", "applies", "reason"], _host_rows(s),
+                   out, title=_title(s))
+        for x in _status_lines(s):
+            print(x)
+        sys.stdout.flush()
+
+
+def _status_line(s: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
+    return " ".join(f"{iso(time.time())} {_title(s)}; hosts: {counts}".split())
 
 
 @app.command()
+@documented([
+    "fleetgate rollout status kernel-57-20261201-0930-ab12",
+    "fleetgate rollout status kernel-57-20261201-0930-ab12 --watch | tee rollout.log",
+    "fleetgate rollout status kernel-57-20261201-0930-ab12 -o json | jq .next_steps",
+], EXITS_STATUS)
 def status(
     rollout_id: IdArg,
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until the rollout ends.")
+    watch: Annotated[bool, typer.Option("--watch", help="Follow until the rollout ends: a live "
+                                        "view on a terminal, a line per change otherwise.")
                      ] = False,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
+    log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
-    """Waves, host states, gate verdicts and budget used, from the journal."""
+    """Waves, host states (grouped by state and reason), gate verdicts and budget used, from
+    the journal; after a halt or abort, where each host is and the commands to run next."""
+    out = fmt(as_json, output)
     j = _journal()
     s = summary(j, artifacts.check_id(rollout_id))
-    if as_json:
-        print_json(s)
-        return
-    if not watch:
-        console.print(_status_view(s))
-        return
-    with Live(_status_view(s), console=console, refresh_per_second=2) as live:
-        while s["state"] not in TERMINAL_ROLLOUT or s["resumable"]:
+    if watch and out is Output.table:
+        with Live(_status_view(s), console=console, refresh_per_second=2) as live:
+            while s["state"] not in TERMINAL_ROLLOUT:
+                time.sleep(1)
+                s = summary(j, rollout_id)
+                live.update(_status_view(s))
+    elif watch:
+        # Not a terminal: a line whenever something changes, the same lines `start` prints.
+        write = _writer(out is Output.json)
+        if log_format is LogFormat.json:
+            write(json.dumps({"ts": iso(time.time()), "rollout": rollout_id, "event": "status",
+                              "state": s["state"], "wave": s["wave"], "phase": s["phase"],
+                              "counts": s["counts"]}, sort_keys=True))
+        else:
+            write(_status_line(s))
+        events = j.events(rollout_id)
+        f = progress.Follower(j.path, rollout_id,
+                              progress.line_printer(log_format.value, len(s["waves"]), write),
+                              after=events[-1]["seq"] if events else 0)
+        while s["state"] not in TERMINAL_ROLLOUT:
+            f.poll(j)
             time.sleep(1)
             s = summary(j, rollout_id)
-            live.update(_status_view(s))
-            if s["state"] in TERMINAL_ROLLOUT:
-                break
+        f.poll(j)
+    _show_status(s, out)
+    raise typer.Exit(EXIT_BY_STATE.get(s["state"], 0))
+
+
+def _ack(out: Output, doc: dict[str, Any], text: str) -> None:
+    if out is Output.json:
+        print_json(doc)
+    else:
+        print(text)
 
 
 @app.command()
+@documented([
+    "fleetgate rollout approve kernel-57-20261201-0930-ab12 --wave 2 --reason "
+    "\"canary wave clean, CHG-1234\"",
+])
 def approve(
     rollout_id: IdArg,
     wave: Annotated[int, typer.Option("--wave", min=1, help="The wave to let start.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the journal).")],
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Approve a manual gate before a wave."""
+    out = fmt(as_json, output)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
     if row is None:
@@ -269,16 +480,23 @@ def approve(
     if not reason.strip():
         raise BadInput("an approval needs a reason", source="--reason")
     j.request(rollout_id, "approve", reason.strip(), wave=wave)
-    console.print(f"wave {wave} of {esc(rollout_id)} approved")
+    _ack(out, {"rollout": rollout_id, "approved_wave": wave, "reason": reason.strip()},
+         f"wave {wave} of {rollout_id} approved")
 
 
 @app.command()
+@documented([
+    "fleetgate rollout abort kernel-57-20261201-0930-ab12 --reason \"wrong kernel pinned\"",
+])
 def abort(
     rollout_id: IdArg,
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the journal).")
                       ] = "operator abort",
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Stop a rollout: no new hosts start, in-flight hosts finish, pending hosts are skipped."""
+    out = fmt(as_json, output)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
     if row is None:
@@ -288,56 +506,81 @@ def abort(
     j.request(rollout_id, "abort", reason)
     h = holder(j, f"rollout:{rollout_id}")
     if h and h["alive"]:
-        console.print(f"abort requested; controller pid {h['pid']} stops at its next safe point")
+        _ack(out, {"rollout": rollout_id, "abort": "requested", "controller_pid": h["pid"]},
+             f"abort requested; controller pid {h['pid']} stops at its next safe point")
         return
     inflight = [x for x, r in j.hosts(rollout_id).items()
                 if r.state in ("draining", "applying", "verifying", "rolling_back")]
     if inflight:
-        console.print("no live controller, but hosts were in flight ("
-                      f"{esc(', '.join(inflight))}): run `fleetgate rollout resume "
-                      f"{esc(rollout_id)}` to reconcile them; it will then stop as aborted")
+        _ack(out, {"rollout": rollout_id, "abort": "requested", "in_flight": inflight,
+                   "next_steps": [f"fleetgate rollout resume {rollout_id}"]},
+             "no live controller, but hosts were in flight ("
+             f"{', '.join(inflight)}): run `fleetgate rollout resume "
+             f"{rollout_id}` to reconcile them; it will then stop as aborted")
         raise typer.Exit(1)
     for x, r in j.hosts(rollout_id).items():
         if r.state == "pending":
             j.set_host(rollout_id, x, "skipped", f"rollout aborted: {reason}")
     j.set_rollout(rollout_id, "aborted", reason=f"aborted by {os.environ.get('USER', '?')}: "
                   f"{reason}")
-    console.print(f"rollout {esc(rollout_id)} aborted")
+    s = summary(j, rollout_id)
+    if out is Output.json:
+        print_json(s)
+    else:
+        print(f"rollout {rollout_id} aborted")
+        for x in _status_lines(s)[1:]:
+            print(x)
 
 
 @app.command()
+@documented([
+    "fleetgate rollout history kernel-57-20261201-0930-ab12",
+    "fleetgate rollout history kernel-57-20261201-0930-ab12 --kind host --kind canary",
+    "fleetgate rollout history kernel-57-20261201-0930-ab12 --verbose -o json",
+])
 def history(
     rollout_id: IdArg,
-    kind: Annotated[list[str] | None, typer.Option("--kind", help="Only these event kinds.")
-                    ] = None,
+    kind: Annotated[list[str] | None, typer.Option(
+        "--kind", help="Only these event kinds: " + ", ".join(HISTORY_KINDS) + ".")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Every event, Ansible's per-task events included.")] = False,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
-    """Replay the journal: every transition, batch, Ansible event and gate verdict."""
+    """Replay the journal with ISO-8601 UTC times: by default rollout, host and canary events
+    (approvals, soaks, reconcile); batches, smoke results and Ansible events with --verbose or
+    --kind."""
+    out = fmt(as_json, output)
+    unknown = sorted(set(kind or ()) - set(HISTORY_KINDS))
+    if unknown:
+        raise BadInput(f"unknown event kind (known: {', '.join(HISTORY_KINDS)})",
+                       source="--kind", field=", ".join(unknown))
     j = _journal()
     if j.rollout(artifacts.check_id(rollout_id)) is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
-    events = j.events(rollout_id, kinds=tuple(kind) if kind else None)
-    if as_json:
-        print_json(events)
+    kinds = tuple(kind) if kind else None if verbose else DEFAULT_HISTORY_KINDS
+    events = j.events(rollout_id, kinds=kinds)
+    if out is Output.json:
+        print_json([{**e, "time": iso(e["ts"])} for e in events])
         return
     for e in events:
         print(history_line(e))
 
 
 @app.command("list")
-def list_(as_json: JsonOpt = False) -> None:
-    """Every rollout in the journal."""
+@documented(["fleetgate rollout list", "fleetgate rollout list -o json | jq -r '.[].id'"])
+def list_(as_json: JsonOpt = False, output: OutputOpt = None) -> None:
+    """Every rollout in the journal, with its full id (the one every other command takes)."""
+    out = fmt(as_json, output)
     rows = _journal().rollouts()
-    if as_json:
+    if out is Output.json:
         print_json([{"id": r.id, "name": r.name, "state": r.state, "wave": r.wave,
-                     "reason": r.reason, "created_at": r.created_at} for r in rows])
+                     "reason": r.reason, "created_at": r.created_at,
+                     "created": iso(r.created_at)} for r in rows])
         return
-    t = Table("id", "name", "state", "wave", "reason")
-    for r in rows:
-        colour = STATE_COLOUR.get(r.state, "yellow")
-        t.add_row(esc(r.id), esc(r.name), f"[{colour}]{r.state}[/{colour}]", str(r.wave),
-                  esc(r.reason[:100]))
-    console.print(t)
+    print_rows(["id", "name", "state", "wave", "created", "reason"],
+               [[r.id, r.name, r.state, str(r.wave), iso(r.created_at), r.reason or "-"]
+                for r in rows], out)
 
 
 # ------------------------------------------------------------------- reports and telemetry
@@ -350,12 +593,18 @@ def _write_out(path: Path, text: str) -> None:
 
 
 @app.command()
+@documented([
+    "fleetgate rollout report kernel-57-20261201-0930-ab12 --html report.html",
+    "fleetgate rollout report kernel-57-20261201-0930-ab12 --html r.html --md r.md -o json",
+])
 def report(
     rollout_id: IdArg,
     html_out: Annotated[Path | None, typer.Option(
         "--html", help="Write the self-contained HTML report here.")] = None,
     md_out: Annotated[Path | None, typer.Option(
         "--md", help="Write a short Markdown summary here (for a change ticket).")] = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Write a rollout's report: one HTML page that opens offline, and/or Markdown.
 
@@ -364,6 +613,7 @@ def report(
     # Imported here: matplotlib costs every other `fleetgate` command half a second.
     from fleetgate.rollout import report_html, report_md
 
+    out = fmt(as_json, output)
     if html_out is None and md_out is None:
         raise BadInput("give --html OUT, --md OUT or both", source="rollout report")
     for p in (html_out, md_out):
@@ -372,19 +622,26 @@ def report(
     j = _journal()
     rid = artifacts.check_id(rollout_id)
     # Render both before writing either: a bad id leaves no half-written pair behind.
-    texts = [(p, r.render(j, rid)) for p, r in ((html_out, report_html), (md_out, report_md))
-             if p is not None]
+    texts = [(p, r.render(j, rid, html_path=html_out) if r is report_md else r.render(j, rid))
+             for p, r in ((html_out, report_html), (md_out, report_md)) if p is not None]
     for p, text in texts:
         _write_out(p, text)
-        console.print(f"wrote {esc(p)}")
+        if out is not Output.json:
+            print(f"wrote {p}")
+    if out is Output.json:
+        print_json({"rollout": rid, "html": str(html_out) if html_out else None,
+                    "md": str(md_out) if md_out else None})
 
 
 @app.command()
+@documented(["fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2",
+             "fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2 -o json"])
 def explain(
     rollout_id: IdArg,
     wave: Annotated[int, typer.Option("--wave", help="The wave whose canary verdicts to "
                                                      "explain.")],
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Why each canary verdict of a wave came out as it did.
 
@@ -393,7 +650,7 @@ def explain(
     j = _journal()
     rid = artifacts.check_id(rollout_id)
     text = report_data.explain_wave(j, rid, wave)  # validates the id and the wave
-    if as_json:
+    if fmt(as_json, output) is Output.json:
         _, events = report_data.load(j, rid)
         print_json([{"wave": x.wave, "hosts": x.hosts, "baseline_hosts": x.baseline_hosts,
                      "ts": x.ts, "outcome": x.outcome, "explanation": x.explanation,
@@ -403,9 +660,14 @@ def explain(
 
 
 @app.command("serve-metrics")
+@documented(["fleetgate rollout serve-metrics",
+             "fleetgate rollout serve-metrics --bind 0.0.0.0 --port 9464",
+             "fleetgate rollout serve-metrics kernel-57-20261201-0930-ab12 --port 0"],
+            "0 stopped with Ctrl-C, 1 cannot listen, 2 bad input (nothing served)")
 def serve_metrics(
     rollout_ids: Annotated[list[str] | None, typer.Argument(
-        help="Rollouts to export (default: every rollout in the journal).")] = None,
+        help="Rollouts to export (default: the active ones and the last finished one per "
+        "plan).")] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="TCP port (0: any free port).")] = 9464,
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on.")] = "127.0.0.1",

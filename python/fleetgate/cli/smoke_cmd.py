@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput
 from fleetgate.smoke import parsers
 from fleetgate.smoke.model import parse_probe_output
@@ -24,8 +33,19 @@ EXIT_INCONCLUSIVE = 4
 STATUS_COLOUR = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
-@app.command()
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+@app.command(context_settings={"allow_extra_args": True})
+@documented([
+    "fleetgate smoke run -i inventory.yml",
+    "fleetgate smoke run -i inventory.yml --only discovery,gemm --out results.json",
+    "fleetgate smoke run -i inventory.yml --baseline before.json -o json",
+], "0 every check passed, 1 a check failed, 4 nothing failed but something could not be "
+   "measured, 2 bad input")
 def run(
+    ctx: typer.Context,
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="Ansible host pattern.")] = None,
@@ -33,8 +53,10 @@ def run(
                                                    help="Only hosts of this class.")] = None,
     only: Annotated[str | None, typer.Option(
         "--only", help="Comma-separated checks: discovery,stack,gemm,comms,inference.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the results here.")
-                        ] = None,
+    json_out: Annotated[Path | None, typer.Option("--out", help="Write the results (JSON) "
+                                                  "here.")] = None,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
     baseline: Annotated[Path | None, typer.Option(
         "--baseline", help="Results of a baseline run to compare against (else: peers).")
                         ] = None,
@@ -42,6 +64,11 @@ def run(
 ) -> None:
     """Run the suite on every matching host in parallel; exit 1 on any fail, 4 if some check
     could not be measured and none failed."""
+    if ctx.args:
+        # `--json PATH` once wrote the results; --json now prints them, like everywhere else.
+        raise BadInput("--json prints the results as JSON; write them to a file with --out "
+                       "PATH", source="smoke run", field=" ".join(ctx.args))
+    out = fmt(as_json, output)
     base = load_results(baseline) if baseline is not None else None
     result = run_smoke(inventory, limit=limit, node_class=node_class, only=only,
                        baseline=base, forks=forks)
@@ -50,15 +77,15 @@ def run(
             json_out.write_text(result.to_json() + "\n")
         except OSError as exc:
             raise BadInput(f"cannot write: {exc.strerror}", source=json_out) from None
-    table = Table("host", "check", "status", "reason")
-    for r in result.results:
-        colour = STATUS_COLOUR[r.status]
-        status = r.status if r.probe_status == "ok" else f"{r.status} ({r.probe_status})"
-        table.add_row(esc(r.host), r.check, f"[{colour}]{esc(status)}[/{colour}]",
-                      esc(r.reason[:160]))
-    console.print(table)
+    if out is Output.json:
+        print(result.to_json())
+    else:
+        print_rows(["host", "check", "status", "reason"], [
+            [r.host, r.check, r.status if r.probe_status == "ok"
+             else f"{r.status} ({r.probe_status})", r.reason] for r in result.results], out)
     s = result.summary()
-    console.print(f"{s['pass']} passed, {s['fail']} failed, {s['inconclusive']} inconclusive "
+    say = console.print if out is not Output.json else _stderr
+    say(f"{s['pass']} passed, {s['fail']} failed, {s['inconclusive']} inconclusive "
                   f"on {len(result.hosts)} host(s) in {result.wall_s:.1f}s; "
                   f"artifacts: {result.run_dir}")
     if s["fail"]:
@@ -68,6 +95,10 @@ def run(
 
 
 @app.command()
+@documented([
+    "fleetgate smoke parse probe probe-output.json",
+    "fleetgate smoke parse nvidia-smi saved-nvidia-smi.txt",
+])
 def parse(
     kind: Annotated[str, typer.Argument(help="probe, or: " + ", ".join(sorted(parsers.KINDS)))],
     file: Annotated[Path, typer.Argument(help="A recorded tool or probe output.")],

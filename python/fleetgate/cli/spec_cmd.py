@@ -7,9 +7,16 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.table import Table
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import (
+    JSON_HELP,
+    Output,
+    OutputOpt,
+    documented,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.spec.derive import Target, derive
 from fleetgate.spec.loader import classes_dir, load_all, resolve_class
 
@@ -18,24 +25,38 @@ app = typer.Typer(help="Node classes: the version lock and its compatibility mat
 
 
 @app.command()
+@documented([
+    "fleetgate spec validate",
+    "fleetgate spec validate inventory/classes/lab-cpu.yml -o wide",
+], "0 every class valid, 2 a class is invalid (file, field and reason on stderr)")
 def validate(
     paths: Annotated[list[Path] | None, typer.Argument(help="Class files or directories.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    output: OutputOpt = None,
 ) -> None:
     """Check schema and compatibility matrix for every class; exit 2 on the first bad one."""
+    out = fmt(as_json, output)
     loaded = load_all(paths or [classes_dir()])
-    table = Table("class", "file", "kernel", "driver", "backend", "lab")
+    rows = []
     for name, (path, nc) in sorted(loaded.items()):
         drv = f"{nc.driver.vendor} {nc.driver.version}" if nc.driver.version else "none"
-        table.add_row(name, esc(path.name), nc.kernel.abi, esc(drv), nc.accelerator.backend,
-                      nc.lab.kind)
-    console.print(table)
-    console.print(f"[green]{len(loaded)} class(es) valid[/green]")
+        rows.append([name, path.name, nc.kernel.abi, drv, nc.accelerator.backend, nc.lab.kind])
+    if out is Output.json:
+        print_json([dict(zip(("class", "file", "kernel", "driver", "backend", "lab"), r,
+                             strict=True)) for r in rows])
+        return
+    print_rows(["class", "file", "kernel", "driver", "backend", "lab"], rows, out)
+    print(f"{len(loaded)} class(es) valid")
 
 
 @app.command()
+@documented([
+    "fleetgate spec show lab-cpu",
+    "fleetgate spec show lab-cpu --json",
+])
 def show(
     node_class: Annotated[str, typer.Argument(metavar="CLASS")],
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Print one validated class, with defaults filled in."""
     _, nc = resolve_class(node_class)
@@ -47,6 +68,10 @@ def show(
 
 
 @app.command("vars")
+@documented([
+    "fleetgate spec vars lab-cpu",
+    "fleetgate spec vars lab-vm --for packer",
+])
 def vars_(
     node_class: Annotated[str, typer.Argument(metavar="CLASS")],
     target: Annotated[Target, typer.Option("--for", help="ansible or packer.")] = "ansible",

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from fleetgate.errors import FleetgateError
-from fleetgate.rollout import budgets, canary_gate, gates, measure, reconcile, worker
+from fleetgate.rollout import before, budgets, canary_gate, gates, measure, reconcile, worker
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
 from fleetgate.rollout.plan import RolloutPlan
@@ -235,6 +235,7 @@ class Controller:
             todo = self._drain_stage(todo, k)
         if todo:
             measure.measure_before(self, todo, k)
+            before.record(self.j, self.rid, self.inventory, self.plan, todo, k, self.dir / "runs")
             self.j.set_hosts(self.rid, todo, "applying")
             todo = self._apply_stage(todo, k)
         if todo:

@@ -5,11 +5,17 @@ the rollout moves, and `rollout serve-metrics`, a small /metrics endpoint over t
 Both render from the journal every time, never from counters kept in memory, so a scrape can
 never disagree with `rollout status`, and a resumed controller picks up where the counts
 were. Counting runs in SQLite (json_extract) so a rewrite stays cheap on a big rollout.
+
+Cardinality stays bounded: the `rollout` label is the plan's name, which repeats run after
+run, and the unique rollout id appears only on `fleetgate_rollout_info` (with the class and
+the change, to join on). The endpoint exports one rollout per plan: the active one, or else
+the last finished one, so two runs of a plan never double the series.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 import tempfile
@@ -22,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput, FleetgateError
-from fleetgate.rollout.journal import FAILED_HOST, HOST_STATES, ROLLOUT_STATES, Journal
+from fleetgate.rollout.journal import (
+    FAILED_HOST,
+    HOST_STATES,
+    ROLLOUT_STATES,
+    TERMINAL_ROLLOUT,
+    Journal,
+    RolloutRow,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Smoke labels that are gates on a changed host. baseline/before/canary runs are measurements
@@ -65,65 +78,123 @@ class Family:
 
 def _families() -> dict[str, Family]:
     fams = [
-        Family("fleetgate_rollout_info", "gauge", "A rollout in the journal; 1 with its name."),
+        Family("fleetgate_rollout_info", "gauge",
+               "The rollout a plan's series describe: its id, class and change; always 1."),
         Family("fleetgate_rollout_state", "gauge",
                "1 for the rollout's current state, 0 for the others."),
         Family("fleetgate_rollout_wave", "gauge", "The wave the rollout is in (0: not started)."),
+        Family("fleetgate_rollout_waves_total", "gauge", "Waves the rollout has."),
         Family("fleetgate_rollout_hosts", "gauge", "Hosts of the rollout by state."),
         Family("fleetgate_rollout_gate_verdicts_total", "counter",
                "Smoke gate verdicts on changed hosts (verify, soak, rollback-verify) by check."),
         Family("fleetgate_rollout_canary_verdicts_total", "counter",
                "Canary analysis verdicts, one per judged host (skipped: no baseline left)."),
+        Family("fleetgate_rollout_canary_score", "gauge",
+               "Score (0-100) of the latest canary verdict."),
+        Family("fleetgate_rollout_canary_relative_shift", "gauge",
+               "Relative shift of each metric's median in the latest canary verdict "
+               "(candidate against reference; negative is lower)."),
         Family("fleetgate_rollout_halts_total", "counter", "Times the rollout halted."),
         Family("fleetgate_rollout_budget_failed", "gauge",
                "Failed hosts counted against the rollout's error budget."),
         Family("fleetgate_rollout_budget_tolerated", "gauge",
                "Failed hosts the rollout's error budget tolerates; one more halts it."),
+        Family("fleetgate_rollout_start_timestamp_seconds", "gauge",
+               "Unix time the rollout was created."),
+        Family("fleetgate_rollout_duration_seconds", "gauge",
+               "Seconds from the rollout's creation to its latest journal entry."),
         Family("fleetgate_rollout_last_update_timestamp_seconds", "gauge",
                "Unix time of the rollout's latest journal entry."),
     ]
     return {f.name.removeprefix("fleetgate_rollout_"): f for f in fams}
 
 
+def change_label(art: dict[str, Any]) -> str:
+    """The change in a few words, bounded: the playbook and what its target pins."""
+    change = (art.get("plan") or {}).get("change") or {}
+    t = change.get("target") or {}
+    pins = ([f"kernel={t['kernel_release']}"] if t.get("kernel_release") else []) + [
+        f"{k}={v}" for k, v in sorted((t.get("packages") or {}).items())] + [
+        f"{k}={v}" for k, v in sorted((t.get("manifest") or {}).items())]
+    return (Path(str(change.get("playbook", "?"))).stem + (" " + ",".join(pins) if pins
+                                                           else ""))[:120]
+
+
 def _collect(j: Journal, rid: str, fams: dict[str, Family]) -> None:
     row = j.rollout(rid)
     if row is None:
         return
-    fams["info"].add(1, rollout=rid, name=row.name)
+    plan = row.name  # the bounded label; the id is only on the info metric
+    art = row.artifact
+    fams["info"].add(1, rollout=plan, id=rid,
+                     **{"class": str(((art.get("plan") or {}).get("targets") or {})
+                                     .get("class") or "")},
+                     change=change_label(art))
     for s in ROLLOUT_STATES:
-        fams["state"].add(1 if row.state == s else 0, rollout=rid, state=s)
-    fams["wave"].add(row.wave, rollout=rid)
+        fams["state"].add(1 if row.state == s else 0, rollout=plan, state=s)
+    fams["wave"].add(row.wave, rollout=plan)
+    fams["waves_total"].add(len(art.get("waves", [])), rollout=plan)
     hosts = Counter(r.state for r in j.hosts(rid).values())
     for s in HOST_STATES:
-        fams["hosts"].add(hosts.get(s, 0), rollout=rid, state=s)
+        fams["hosts"].add(hosts.get(s, 0), rollout=plan, state=s)
     gates = {(str(c), str(v)): int(n) for c, v, n in j.query(
         "SELECT json_extract(data, '$.result.check'), json_extract(data, '$.result.status'),"
         " count(*) FROM events WHERE rollout_id=? AND kind='smoke' AND"
         " json_extract(data, '$.label') IN (?, ?, ?) GROUP BY 1, 2", (rid, *GATE_LABELS))}
     # Every planned check gets all three series, so rate() works from the first verdict on.
-    checks = sorted({*row.artifact["plan"]["gates"]["checks"], *(c for c, _ in gates)})
+    checks = sorted({*art["plan"]["gates"]["checks"], *(c for c, _ in gates)})
     for c in checks:
         for v in VERDICTS:
-            fams["gate_verdicts_total"].add(gates.get((c, v), 0), rollout=rid, check=c, verdict=v)
+            fams["gate_verdicts_total"].add(gates.get((c, v), 0), rollout=plan, check=c,
+                                            verdict=v)
     canary = {str(v): int(n) for v, n in j.query(
         "SELECT coalesce(json_extract(data, '$.verdict.outcome'), 'skipped'), count(*)"
         " FROM events WHERE rollout_id=? AND kind='canary' GROUP BY 1", (rid,))}
     for v in CANARY_VERDICTS:
-        fams["canary_verdicts_total"].add(canary.get(v, 0), rollout=rid, verdict=v)
+        fams["canary_verdicts_total"].add(canary.get(v, 0), rollout=plan, verdict=v)
+    latest = j.query("SELECT json_extract(data, '$.verdict') FROM events WHERE rollout_id=? AND"
+                     " kind='canary' AND json_extract(data, '$.verdict') IS NOT NULL"
+                     " ORDER BY seq DESC LIMIT 1", (rid,))
+    if latest:
+        verdict = json.loads(latest[0][0])
+        if isinstance(verdict.get("score"), int | float):
+            fams["canary_score"].add(float(verdict["score"]), rollout=plan)
+        for m in verdict.get("metrics", []):
+            if isinstance(m.get("relative_shift"), int | float):
+                fams["canary_relative_shift"].add(float(m["relative_shift"]), rollout=plan,
+                                                  metric=str(m["name"]))
     halts = j.query("SELECT count(*) FROM events WHERE rollout_id=? AND kind='rollout' AND"
                     " json_extract(data, '$.state')='halted'", (rid,))[0][0]
-    fams["halts_total"].add(int(halts), rollout=rid)
-    fams["budget_failed"].add(sum(hosts.get(s, 0) for s in FAILED_HOST), rollout=rid)
-    fams["budget_tolerated"].add(int(row.artifact["limits"]["total"]), rollout=rid)
-    last = j.query("SELECT max(ts) FROM events WHERE rollout_id=?", (rid,))[0][0]
-    fams["last_update_timestamp_seconds"].add(max(row.updated_at, last or 0.0), rollout=rid)
+    fams["halts_total"].add(int(halts), rollout=plan)
+    fams["budget_failed"].add(sum(hosts.get(s, 0) for s in FAILED_HOST), rollout=plan)
+    fams["budget_tolerated"].add(int(art["limits"]["total"]), rollout=plan)
+    last = max(row.updated_at, j.query("SELECT max(ts) FROM events WHERE rollout_id=?",
+                                       (rid,))[0][0] or 0.0)
+    fams["start_timestamp_seconds"].add(row.created_at, rollout=plan)
+    fams["duration_seconds"].add(round(last - row.created_at, 3), rollout=plan)
+    fams["last_update_timestamp_seconds"].add(last, rollout=plan)
+
+
+def exported(rows: Sequence[RolloutRow]) -> list[str]:
+    """One rollout per plan: its active one (the latest, if several), else its last finished
+    one. Everything older stays in the journal and out of Prometheus."""
+    pick: dict[str, RolloutRow] = {}
+    for r in rows:
+        cur = pick.get(r.name)
+        active = r.state not in TERMINAL_ROLLOUT
+        cur_active = cur is not None and cur.state not in TERMINAL_ROLLOUT
+        if cur is None or (active, r.created_at) >= (cur_active, cur.created_at):
+            pick[r.name] = r
+    return [r.id for r in sorted(pick.values(), key=lambda r: r.created_at)]
 
 
 def render(j: Journal, rids: Sequence[str]) -> str:
     fams = _families()
-    for rid in rids:
+    rows = [r for r in (j.rollout(x) for x in rids) if r is not None]
+    for rid in exported(rows):  # two ids of one plan would be two copies of every series
         _collect(j, rid, fams)
-    return "\n".join(line for f in fams.values() for line in f.text()) + "\n"
+    # Families without samples are left out: a textfile should not announce empty metrics.
+    return "\n".join(line for f in fams.values() if f.samples for line in f.text()) + "\n"
 
 
 # ---------------------------------------------------------------------------- textfile
@@ -207,7 +278,7 @@ def make_server(j: Journal, rids: Sequence[str], bind: str, port: int,
                 self._send(404, "text/plain; charset=utf-8", b"see /metrics\n")
                 return
             try:
-                ids = list(rids) or [r.id for r in j.rollouts()]
+                ids = list(rids) or exported(j.rollouts())
                 body = render(j, ids).encode()
             except Exception as exc:  # a scrape error must not kill the server
                 say(f"metrics: {type(exc).__name__}: {exc}")

@@ -84,7 +84,13 @@ def payload(j: Journal, rid: str, trigger: str, event: dict[str, Any]) -> dict[s
             "approval_needed": f"needs approval for wave {event.get('wave')}"}[trigger]
     text = (f"fleetgate rollout {rid} ({s['name']}) {what}: now {s['state']}"
             + (f" ({s['reason']})" if s["reason"] else "") + f"; hosts: {counts}")
+    if s["state"] in ("halted", "aborted"):
+        # Where the fleet stands and what to run, in the message an on-call sees first.
+        text += "\n" + "\n".join(s["fleet"])
+    if s["next_steps"]:
+        text += "\nnext: " + "\n".join(s["next_steps"])
     return {"schema": SCHEMA, "trigger": trigger, "rollout": rid, "sent_at": time.time(),
+            "fleet": s["fleet"], "next_steps": s["next_steps"],
             "text": text,  # what Slack/Mattermost-style incoming webhooks display
             "event": {k: event.get(k) for k in ("seq", "ts", "kind", "host", "wave", "data")},
             "status": s}

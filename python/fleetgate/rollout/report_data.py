@@ -51,8 +51,8 @@ def load(j: Journal, rid: str) -> tuple[RolloutRow, list[dict[str, Any]]]:
     row = j.rollout(rid)
     if row is None:
         raise BadInput("no such rollout in the journal", source=str(j.path), field=rid)
-    kinds = ("rollout", "host", "batch", "smoke", "hoststate", "canary", "baseline", "soak",
-             "approval_needed", "approve", "abort", "reconcile", "reconcile_host",
+    kinds = ("rollout", "started", "host", "batch", "smoke", "hoststate", "canary", "baseline",
+             "soak", "approval_needed", "approve", "abort", "reconcile", "reconcile_host",
              "gate_retry", "notify_error", "listener_error")
     return row, j.events(rid, kinds=kinds)
 
@@ -327,9 +327,10 @@ def flatten_state(state: dict[str, Any]) -> dict[str, str]:
 
 
 def versions(events: list[dict[str, Any]]) -> dict[str, tuple[Reading, Reading]]:
-    """Host -> (first, last) reading of what it runs. The controller reads a host after each
-    apply, rollback and reconcile, never before the first change: "first" is the first time
-    it was read, typically already on the new version."""
+    """Host -> (first, last) reading of what it runs. The controller reads each host just
+    before its change (label `before`), then after each apply, rollback and reconcile; a
+    journal from an older fleetgate has no `before`, and its first reading is already the
+    new version."""
     seen: dict[str, list[Reading]] = {}
     for e in events:
         if not e["host"]:
@@ -343,6 +344,66 @@ def versions(events: list[dict[str, Any]]) -> dict[str, tuple[Reading, Reading]]
         if isinstance(state, dict):
             seen.setdefault(e["host"], []).append(Reading(label, e["ts"], flatten_state(state)))
     return {h: (rs[0], rs[-1]) for h, rs in seen.items()}
+
+
+@dataclass(frozen=True)
+class Change:
+    item: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.item} {self.old} → {self.new}"
+
+
+def changes(first: Reading, last: Reading) -> list[Change]:
+    """Only what differs between two readings, kernel first."""
+    keys = list(dict.fromkeys([*first.fields, *last.fields]))
+    keys.sort(key=lambda k: (k != "kernel", k))
+    return [Change(k, first.fields.get(k, "-"), last.fields.get(k, "-")) for k in keys
+            if first.fields.get(k) != last.fields.get(k)]
+
+
+def change_statement(row: RolloutRow, events: list[dict[str, Any]]) -> str:
+    """The change in one phrase: what the hosts' own before/after readings say changed on
+    most hosts (e.g. `kernel 6.1.0-55-cloud-amd64 → 6.1.0-57-cloud-amd64`); from the plan's
+    rollback and change targets when no host was read before and after."""
+    tally: dict[str, int] = {}
+    for first, last in versions(events).values():
+        if first.label != "before" or last.label == "before":
+            continue
+        for c in changes(first, last):
+            if not c.item.startswith("manifest.") or c.item in ("manifest.class_version",):
+                tally[str(c)] = tally.get(str(c), 0) + 1
+    if tally:
+        best = sorted(tally, key=lambda t: (-tally[t], not t.startswith("kernel"), t))[:3]
+        return "; ".join(best)
+    plan = row.artifact.get("plan") or {}
+    new = (plan.get("change") or {}).get("target") or {}
+    old = (plan.get("rollback") or {}).get("target") or {}
+    parts: list[str] = []
+    if new.get("kernel_release"):
+        parts.append(f"kernel {old.get('kernel_release') or '?'} → {new['kernel_release']}")
+    for pkg, ver in sorted((new.get("packages") or {}).items()):
+        parts.append(f"{pkg} → {ver}")
+    for key, val in sorted((new.get("manifest") or {}).items()):
+        was = (old.get("manifest") or {}).get(key)
+        parts.append(f"{key} {was} → {val}" if was is not None else f"{key} → {val}")
+    for path, val in sorted((new.get("files") or {}).items()):
+        parts.append(f"{path} → {val}")
+    if parts:
+        return "; ".join(parts[:3])
+    change = plan.get("change") or {}
+    return f"{change.get('playbook', '?')} " + " ".join(
+        f"{k}={v}" for k, v in sorted((change.get("extra_vars") or {}).items()))
+
+
+def started(events: list[dict[str, Any]]) -> dict[str, str]:
+    """Who started the rollout and from which git revision (journals since this field)."""
+    for e in events:
+        if e["kind"] == "started":
+            return {"by": str(e["data"].get("by", "?")), "git": str(e["data"].get("git", "?"))}
+    return {"by": "unknown", "git": "unknown"}
 
 
 def any_manifest(events: list[dict[str, Any]]) -> bool:

@@ -44,8 +44,11 @@ code,.mono{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:.92em
 .s-rolling_back{background:#bf8700}.s-inconclusive{background:#bf8700}
 .muted{color:#6a737d}.changed{font-weight:600;background:#fff8c5}
 figure{margin:.6em 0 1.2em}figure svg{max-width:100%;height:auto}figure.wide svg{width:100%}
-td code{white-space:nowrap}
+td code{white-space:nowrap}table.versions td code,table.manifest td{white-space:normal;
+ overflow-wrap:anywhere}details summary{cursor:pointer;color:#57606a}
 figcaption{font-size:.85em;color:#57606a}
+.score{display:inline-block;margin-left:.5em;padding:2px 12px;border-radius:6px;color:#fff;
+ font-size:1.35em;font-weight:700}.score small{font-size:.6em;font-weight:400}
 .summary td:first-child{font-weight:600;white-space:nowrap}
 """
 
@@ -87,10 +90,13 @@ def value(v: Any) -> str:
 
 # ------------------------------------------------------------------------------- sections
 
-def _header(s: dict[str, Any], row_created: float, end: float) -> str:
+def _header(s: dict[str, Any], row_created: float, end: float, change: str = "",
+            who: dict[str, str] | None = None) -> str:
     counts = ", ".join(f"{badge(k)} {n}" for k, n in sorted(s["counts"].items()))
     b = s["budget"]
-    rows = [("outcome", badge(s["state"]) + (" (resumable)" if s["resumable"] else "")),
+    who = who or {"by": "unknown", "git": "unknown"}
+    rows = [("change", f"<strong>{esc(change)}</strong>" if change else "-"),
+            ("outcome", badge(s["state"]) + (" (resumable)" if s["resumable"] else "")),
             ("reason", esc(s["reason"]) if s["reason"] else '<span class="muted">-</span>'),
             ("wave", f"{s['wave']} of {len(s['waves'])}"
              + (f" ({esc(s['phase'])})" if s["phase"] else "")),
@@ -101,7 +107,9 @@ def _header(s: dict[str, Any], row_created: float, end: float) -> str:
             ("started", esc(rd.when(row_created))),
             ("last journal entry", f"{esc(rd.when(end))} ({esc(rd.duration(end - row_created))}"
              " after start)"),
-            ("inventory", f"<code>{esc(s['inventory'])}</code>")]
+            ("inventory", f"<code>{esc(s['inventory'])}</code>"),
+            ("started by", f"<code>{esc(who['by'])}</code> at git <code>{esc(who['git'])}"
+             "</code>")]
     return ("<section id=summary>" + table(None, [(esc(k), v) for k, v in rows], "summary")
             + "</section>")
 
@@ -218,13 +226,19 @@ def _canary(art: dict[str, Any], events: list[dict[str, Any]],
         title = rd.group_title(jd)
         against = (f" against baseline {esc(', '.join(jd.baseline_hosts))}"
                    if jd.baseline_hosts else "")
-        out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}</h3>"
+        v = jd.verdict or {}
+        score = v.get("score") if isinstance(v.get("score"), int | float) else None
+        out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}"
+                   + (f' <span class="score s-{esc(jd.outcome)}">score {score:.1f}'
+                      f"<small> / 100 (pass ≥ {esc(v.get('pass_threshold', '?'))})</small>"
+                      "</span>" if score is not None else "") + "</h3>"
                    f"<p class=muted>{'judged' if jd.verdict else 'recorded'} "
                    f"{esc(rd.when(jd.ts))}{against}</p>")
         group = by_group.pop(title, [])
         if group and figures < MAX_CANARY_FIGURES:
             figures += 1
-            out.append("<figure>" + report_plots.distribution_svg(title, group)
+            out.append("<figure>" + report_plots.distribution_svg(
+                title, group, outcome=jd.outcome, score=score)
                        + "<figcaption>Samples per metric; dotted: the baseline median; dashed "
                        "red: the tolerance the canary median must not cross.</figcaption>"
                        "</figure>")
@@ -262,36 +276,43 @@ def _versions(s: dict[str, Any], events: list[dict[str, Any]]) -> str:
     out = ["<section id=versions><h2>Versions before and after</h2>"]
     seen = rd.versions(events)
     if not seen:
-        out.append("<p>No host state was recorded: the plan's change and rollback targets "
-                   "are empty, so the controller never read what the hosts run. Versions "
+        out.append("<p>No host state was recorded: no host reached its change. Versions "
                    "before and after are unknown.</p></section>")
         return "".join(out)
-    out.append("<p>What each host reported (kernel, <code>/etc/fleetgate/manifest.json</code>, "
-               "packages and files the targets name) the first and the last time the "
-               "controller read it. The controller reads a host after applying, rolling back "
-               "or reconciling, never before the first change: the first reading is "
-               "usually already the new version; the plan's targets above say what the old "
-               "and new versions are.</p>")
+    out.append("<p>What changed on each host between the controller's reading just before "
+               "its change and its last reading (kernel, <code>/etc/fleetgate/manifest.json"
+               "</code>, packages and files the targets name). Every value read is folded "
+               "away under the host's row.</p>")
     if not rd.any_manifest(events):
         out.append("<p>No host reported a manifest (<code>/etc/fleetgate/manifest.json</code> "
                    "absent).</p>")
-    # Hosts that read the same before and after share rows: a fleet of 400 identical hosts
-    # is one block, and the odd one out stands alone.
+    # Hosts whose change reads the same share a row: a fleet of 400 identical hosts is one
+    # row, and the odd one out stands alone.
     groups: dict[Any, list[str]] = {}
     for h in s["hosts"]:
         r = seen.get(h)
-        key = None if r is None else tuple(
-            (x.label, tuple(sorted(x.fields.items()))) for x in r)
+        key = None if r is None else (r[0].label, tuple(map(str, rd.changes(*r))))
         groups.setdefault(key, []).append(h)
     rows: list[Sequence[str]] = []
     for key, hosts in groups.items():
         names = _host_list(hosts)
         if key is None:
-            rows.append((names, '<span class="muted">never read</span>', "", ""))
+            rows.append((names, '<span class="muted">never read</span>', ""))
             continue
         first, last = seen[hosts[0]]
-        rows.extend(_version_rows(names, first, last, timed=len(hosts) == 1))
-    out.append(table(["host", "item", "first seen", "last seen"], rows))
+        diff = rd.changes(first, last)
+        if first.label != "before":
+            what = ('<span class="muted">not read before its change (journal of an older '
+                    f"fleetgate); first read at {esc(first.label)}</span>")
+        elif not diff:
+            what = '<span class="muted">unchanged</span>'
+        else:
+            what = "<br>".join(
+                f'<span class="changed">{esc(c.item)}</span> <code>{esc(c.old)}</code> → '
+                f"<code>{esc(c.new)}</code>" for c in diff[:MAX_VERSION_ROWS])
+        rows.append((names, what, _manifest(first, last)))
+    out.append(table(["hosts", "changed (before → after)", "full readings"], rows,
+                     "versions"))
     out.append("</section>")
     return "".join(out)
 
@@ -301,27 +322,29 @@ def _host_list(hosts: list[str], most: int = 12) -> str:
     return shown + (f" and {len(hosts) - most} more" if len(hosts) > most else "")
 
 
-def _version_rows(names: str, first: rd.Reading, last: rd.Reading, *, timed: bool
-                  ) -> list[Sequence[str]]:
-    def when(r: rd.Reading) -> str:
-        return f" <span class=muted>({esc(r.label)}" + (
-            f" {esc(rd.when(r.ts))})</span>" if timed else ")</span>")
-
+def _manifest(first: rd.Reading, last: rd.Reading) -> str:
+    """Both readings in full, folded: evidence for whoever asks, not a wall for everyone."""
     keys = list(dict.fromkeys([*first.fields, *last.fields]))
-    changed = [k for k in keys if first.fields.get(k) != last.fields.get(k)]
-    rows: list[Sequence[str]] = []
-    for i, k in enumerate((changed + [k for k in keys if k not in changed])[:MAX_VERSION_ROWS]):
-        cls = ' class="changed"' if k in changed else ""
-        rows.append((names if i == 0 else "", f"<span{cls}>{esc(k)}</span>",
-                     esc(first.fields.get(k, "-")) + when(first),
-                     f"<span{cls}>{esc(last.fields.get(k, '-'))}</span>" + when(last)))
-    return rows
+    rows = [(f"<code>{esc(k)}</code>", esc(first.fields.get(k, "-")),
+             esc(last.fields.get(k, "-"))) for k in keys[:MAX_VERSION_ROWS * 2]]
+    return (f"<details><summary>{len(keys)} values</summary>"
+            + table(["item", f"{first.label} {rd.when(first.ts)}",
+                     f"{last.label} {rd.when(last.ts)}"], rows, "manifest")
+            + "</details>")
+
+
+def _next(s: dict[str, Any]) -> str:
+    if not s["next_steps"] and s["state"] not in ("halted", "aborted"):
+        return ""
+    fleet = "".join(f"<li>{esc(x)}</li>" for x in s["fleet"])
+    steps = "".join(f"<li><code>{esc(x)}</code></li>" for x in s["next_steps"])
+    return ("<section id=next><h2>Where the fleet stands and what to run next</h2>"
+            + (f"<ul>{fleet}</ul>" if s["state"] in ("halted", "aborted") else "")
+            + (f"<ol>{steps}</ol>" if steps else "") + "</section>")
 
 
 def _log(events: list[dict[str, Any]]) -> str:
-    # history_line's epoch seconds are for grep; a report reads better in UTC.
-    lines = [history_line(e).replace(f" {e['ts']:.3f} ", f" {rd.when(e['ts'])} ", 1)
-             for e in events if e["kind"] in LOG_KINDS]
+    lines = [history_line(e) for e in events if e["kind"] in LOG_KINDS]
     return ("<section id=log><h2>Rollout log</h2><p class=muted>Rollout-level journal entries "
             "as <code>fleetgate rollout history</code> prints them; host, batch, smoke and "
             "Ansible events are in the journal.</p><pre>" + esc("\n".join(lines))
@@ -335,7 +358,8 @@ def render(j: Journal, rid: str) -> str:
     title = f"Rollout {rid} ({row.name}): {row.state}"
     body = [
         f"<h1>{esc(title)}</h1>",
-        _header(s, row.created_at, end),
+        _header(s, row.created_at, end, rd.change_statement(row, events), rd.started(events)),
+        _next(s),
         _plan(row.artifact),
         _timeline(s, row.created_at, end, rd.timeline(row, events)),
         _canary(row.artifact, events, rd.distributions(row, events)),

@@ -1,61 +1,89 @@
 """`fleetgate rollout report --md`: a short Markdown summary to paste into a change ticket.
 
-Outcome, reason, host counts by state, failed hosts with their reasons, one line per canary
-verdict. The HTML report has the evidence; this is what a reviewer reads first.
+It leads with one line that states the change, class, outcome, hosts by state, duration,
+operator and git revision; then where the fleet stands, what to run next, the hosts, the
+canary verdicts and where the HTML report is. Plain Markdown only (headings, lists, bold,
+code spans), the subset GitHub, GitLab and Jira's Markdown importers all render: no tables,
+no HTML, and no backslash escapes, which Jira shows literally. Journal text goes inside code
+spans, where nothing is markup, so an Ansible message cannot turn into a link or a mention.
 """
 
 from __future__ import annotations
 
-import re
+from pathlib import Path
 
 from fleetgate.rollout import report_data as rd
-from fleetgate.rollout.journal import FAILED_HOST, Journal
-from fleetgate.rollout.status import summary
+from fleetgate.rollout.journal import Journal
+from fleetgate.rollout.status import FLEET_STATES, summary
 
-# Characters that would turn an Ansible message into Markdown markup, raw HTML, an entity or a
-# ticket-system mention; escaped, never stripped, so the text reads the same. Line-start
-# markers (#, -, +) need no escape: data never starts a line here.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~@&])")
 MAX_REASON = 400
 
 
-def md(text: object) -> str:
-    flat = " ".join(str(text).split())
+def code(text: object) -> str:
+    """Journal text as a code span: one line, bounded, backticks replaced (a span cannot
+    escape them in every renderer)."""
+    flat = " ".join(str(text).split()).replace("`", "'")
     if len(flat) > MAX_REASON:
         flat = flat[:MAX_REASON] + "…"
-    return _MD_SPECIAL.sub(r"\\\1", flat)
+    return f"`{flat}`" if flat else "`-`"
 
 
-def render(j: Journal, rid: str) -> str:
+def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
     row, events = rd.load(j, rid)
     s = summary(j, rid)
     end = rd.end_of(row, events)
+    who = rd.started(events)
+    plan = row.artifact.get("plan") or {}
+    node_class = (plan.get("targets") or {}).get("class") or "any class"
     counts = ", ".join(f"{n} {state}" for state, n in sorted(s["counts"].items()))
-    b = s["budget"]
+    change = rd.change_statement(row, events)
     lines = [
-        f"### Rollout {md(rid)} ({md(row.name)}): **{s['state'].upper()}**",
+        f"**{s['state'].upper()}**: {code(change)} on class {code(node_class)}, "
+        f"{len(s['hosts'])} hosts ({counts}), {rd.duration(end - row.created_at)}, "
+        f"by {code(who['by'])} at git {code(who['git'])}",
         "",
-        f"- **Outcome:** {md(s['state'])}" + (" (resumable)" if s["resumable"] else "")
+        f"### Rollout {code(rid)} (plan {code(row.name)})",
+        "",
+        f"- Outcome: {s['state']}" + (" (resumable)" if s["resumable"] else "")
         + f", wave {s['wave']} of {len(s['waves'])}",
-        f"- **Reason:** {md(s['reason']) if s['reason'] else '-'}",
-        f"- **Change:** {md(row.artifact['plan']['change']['playbook'])}, plan "
-        f"{md(row.artifact.get('hash', '?'))}",
-        f"- **When:** {rd.when(row.created_at)} to {rd.when(end)} "
-        f"({rd.duration(end - row.created_at)})",
-        f"- **Hosts:** {len(s['hosts'])} ({counts})",
-        f"- **Budget:** {b['failed']} failed of {b['tolerated']} tolerated",
     ]
-    failed = {h: d for h, d in s["hosts"].items() if d["state"] in FAILED_HOST}
-    lines += ["", "**Failed hosts**" if failed else "**Failed hosts:** none"]
-    lines += [f"- {md(h)} (wave {d['wave']}, {d['state']}): {md(d['reason'])}"
-              for h, d in failed.items()]
+    if s["reason"]:
+        lines.append(f"- Reason: {code(s['reason'])}")
+    lines += [
+        f"- Change: {code(plan.get('change', {}).get('playbook', '?'))}, plan hash "
+        f"{code(row.artifact.get('hash', '?'))}",
+        f"- When: {rd.when(row.created_at)} to {rd.when(end)}",
+        f"- Budget: {s['budget']['failed']} failed of {s['budget']['tolerated']} tolerated",
+    ]
+    if html_path is not None:
+        lines.append(f"- HTML report: {code(html_path.resolve())}")
+    lines += ["", "**Hosts**", ""]
+    for g in s["groups"]:
+        hosts = ", ".join(code(h) for h in g["hosts"])
+        lines.append(f"- {len(g['hosts'])} {FLEET_STATES.get(g['state'], g['state'])}: "
+                     f"{hosts}" + (f": {code(g['reason'])}" if g["reason"] else ""))
+    diffs = [(h, rd.changes(a, b)) for h, (a, b) in rd.versions(events).items()
+             if a.label == "before"]
+    if diffs:
+        # Hosts whose change reads the same share one line.
+        alike: dict[str, list[str]] = {}
+        for h, cs in diffs:
+            alike.setdefault("; ".join(code(c) for c in cs) or "unchanged", []).append(h)
+        lines += ["", "**Versions (before → after)**", ""]
+        lines += [f"- {', '.join(code(h) for h in hs)}: {what}" for what, hs in alike.items()]
+    if s["next_steps"]:
+        lines += ["", "**Next steps**", ""]
+        lines += [f"- {code(c)}" for c in s["next_steps"]]
     verdicts = rd.judgements(events)
     lines += ["", "**Canary verdicts**" if verdicts else "**Canary verdicts:** none recorded"]
+    if verdicts:
+        lines.append("")
     for jd in verdicts:
         why = (jd.verdict or {}).get("reason") or jd.skipped or ""
         failing = [m["name"] for m in (jd.verdict or {}).get("metrics", [])
                    if m.get("outcome") == "fail"]
-        lines.append(f"- wave {jd.wave} ({md(', '.join(jd.hosts))}): **{jd.outcome.upper()}**"
-                     + (f", failed {md(', '.join(failing))}" if failing else "")
-                     + f": {md(why)}")
+        lines.append(f"- wave {jd.wave} ({', '.join(code(h) for h in jd.hosts)}): "
+                     f"**{jd.outcome.upper()}**"
+                     + (f", failed {', '.join(code(m) for m in failing)}" if failing else "")
+                     + f": {code(why)}")
     return "\n".join(lines) + "\n"

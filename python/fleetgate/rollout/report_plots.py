@@ -33,6 +33,7 @@ PHASE_STYLE = {  # phase -> (colour, legend label); colour-blind safe (Okabe-Ito
 OUTCOME_COLOUR = {"pass": "#009E73", "fail": "#D55E00", "nodata": "#999999", None: "#0072B2"}
 REF_COLOUR = "#56B4E9"
 THRESHOLD_COLOUR = "#D55E00"
+TITLE_COLOUR = {"fail": "#cf222e", "pass": "#1a7f37"}  # the page's own red and green
 MAX_HOSTS = 300  # beyond this the timeline is unreadable anyway; the table lists every host
 
 
@@ -119,13 +120,29 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def distribution_svg(group: str, dists: Sequence[Distribution]) -> str:
+# The unit a metric's name ends in, for the y-axis label.
+UNITS = (("tflops", "TFLOPS"), ("gflops", "GFLOPS"), ("_ms", "ms"), ("_s", "s"),
+         ("gbps", "GB/s"), ("busbw", "GB/s"), ("tokens_per_s", "tokens/s"), ("_pct", "%"))
+
+
+def unit_of(metric: str) -> str:
+    leaf = metric.lower().rsplit(".", 1)[-1]
+    for suffix, unit in UNITS:
+        if leaf.endswith(suffix) or leaf == suffix.strip("_"):
+            return unit
+    return "value"
+
+
+def distribution_svg(group: str, dists: Sequence[Distribution], *,
+                     outcome: str | None = None, score: float | None = None) -> str:
     """Per metric: reference and candidate samples as jittered strips over box plots, the
-    reference median, and the tolerance threshold the canary median must not cross."""
+    reference median, and the tolerance threshold the canary median must not cross. Drawn
+    at about 520 px a panel with 11 pt text, so it reads at the page's size; the verdict and
+    score head the figure, red when it failed."""
     n = len(dists)
-    cols = min(n, 3)
+    cols = min(n, 2)
     nrows = (n + cols - 1) // cols
-    fig = Figure(figsize=(3.9 * cols, 3.3 * nrows + 0.4))
+    fig = Figure(figsize=(5.6 * cols, 4.2 * nrows + 0.6))
     rng = np.random.default_rng(0)  # fixed jitter: the same journal gives the same picture
     for i, d in enumerate(dists):
         ax = fig.add_subplot(nrows, cols, i + 1)
@@ -144,7 +161,7 @@ def distribution_svg(group: str, dists: Sequence[Distribution]) -> str:
                            alpha=0.85, edgecolors="#333333", linewidths=0.4, zorder=3)
             else:
                 ax.text(x, 0.5, "no samples", transform=ax.get_xaxis_transform(),
-                        ha="center", color="#999999", fontsize=8)
+                        ha="center", color="#999999", fontsize=10)
         med, thr = d.ref_median, d.threshold
         if med is not None and thr is not None:
             ax.axhline(med, color="#555555", linestyle=":", linewidth=1,
@@ -152,15 +169,21 @@ def distribution_svg(group: str, dists: Sequence[Distribution]) -> str:
             sign = "-" if d.direction == "higher" else "+"
             ax.axhline(thr, color=THRESHOLD_COLOUR, linestyle="--", linewidth=1.2,
                        label=f"tolerance {sign}{d.tolerance:.0%}: {_fmt(thr)}")
-            ax.legend(fontsize=7, loc="best")
+            ax.legend(fontsize=9, loc="best")
         ax.set_xticks([0, 1], [d.ref_label, d.new_label])
         ax.set_xlim(-0.6, 1.6)
         verdict = (d.outcome or "not judged").upper()
         extra = f" {d.relative_shift:+.1%}" if d.relative_shift is not None else ""
         ax.set_title(_label(f"{d.metric} ({d.direction} is better): {verdict}{extra}"),
-                     fontsize=9, color=OUTCOME_COLOUR.get(d.outcome, "#333333"))
-        ax.tick_params(labelsize=8)
+                     fontsize=11, color=TITLE_COLOUR.get(d.outcome or "", "#333333"),
+                     fontweight="bold" if d.outcome == "fail" else "normal")
+        ax.set_ylabel(_label(f"{d.metric} ({unit_of(d.metric)})"), fontsize=11)
+        ax.tick_params(labelsize=10)
         ax.grid(axis="y", color="#eeeeee")
-    fig.suptitle(_label(group), fontsize=10, x=0.01, ha="left")
+    head = group + (f": {outcome.upper()}" if outcome else "") + (
+        f", score {score:.1f} / 100" if score is not None else "")
+    fig.suptitle(_label(head), fontsize=13, x=0.01, ha="left",
+                 color=TITLE_COLOUR.get(outcome or "", "#1d2327"),
+                 fontweight="bold" if outcome == "fail" else "normal")
     fig.tight_layout()
     return svg(fig)

@@ -1,14 +1,50 @@
-"""A rollout's status, built from the journal alone: what `status`, `--json`, reports and the
-metrics file show. Nothing here asks a host; the journal is the record."""
+"""A rollout's status, built from the journal alone: what `status`, `--json`, reports, the
+webhook and the metrics file show. Nothing here asks a host; the journal is the record.
+
+Besides the raw rows, a status says where the fleet stands in words an on-call reads at 3 am
+(hosts by what happened to them, grouped when they share a reason) and, after a halt or an
+abort, the exact commands that come next.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import shlex
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.journal import FAILED_HOST, Journal
 from fleetgate.rollout.lease import holder
+
+# What happened to a host, in an operator's words; the order is the order a reader wants.
+FLEET_STATES = {
+    "healthy": "changed and verified",
+    "rolled_back": "rolled back and verified on the old version",
+    "failed_held": "held out of service",
+    "draining": "in flight (draining)",
+    "applying": "in flight (applying)",
+    "verifying": "in flight (verifying)",
+    "rolling_back": "in flight (rolling back)",
+    "pending": "untouched (pending)",
+    "skipped": "untouched (skipped)",
+}
+
+# Event kinds `rollout history` shows by default; Ansible's per-task events only on request.
+DEFAULT_HISTORY_KINDS = ("rollout", "started", "host", "canary", "approval_needed", "approve",
+                         "abort", "reconcile", "reconcile_host", "soak", "baseline", "gate_retry")
+HISTORY_KINDS = (*DEFAULT_HISTORY_KINDS, "batch", "smoke", "hoststate", "ansible",
+                 "lease", "notify_error", "listener_error")
+
+
+def iso(ts: float | None) -> str:
+    """ISO-8601 UTC with milliseconds: sortable, unambiguous, and what log shippers parse."""
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds"
+                                                                  ).replace("+00:00", "Z")
 
 
 def summary(j: Journal, rid: str) -> dict[str, Any]:
@@ -31,7 +67,7 @@ def summary(j: Journal, rid: str) -> dict[str, Any]:
                       "failed": sum(states[s] for s in FAILED_HOST),
                       "tolerated": art["limits"]["per_wave"][k - 1]})
     lease = holder(j, f"rollout:{rid}")
-    return {
+    s: dict[str, Any] = {
         "schema": "fleetgate.rollout.status/v1",
         "id": rid, "name": row.name, "state": row.state, "wave": row.wave, "phase": row.phase,
         "reason": row.reason, "resumable": row.resumable, "inventory": row.inventory,
@@ -45,33 +81,130 @@ def summary(j: Journal, rid: str) -> dict[str, Any]:
                   for h, r in hosts.items()},
         "counts": dict(Counter(r.state for r in hosts.values())),
     }
+    s["groups"] = groups(s)
+    s["fleet"] = fleet_lines(s)
+    s["next_steps"] = next_steps(s, art, has_canary=bool((art.get("plan") or {}).get("canary")))
+    return s
+
+
+def groups(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Hosts that share a state and a reason, in FLEET_STATES order: four skipped hosts are
+    one entry with one reason, not four copies of it."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for h, d in s["hosts"].items():
+        by.setdefault((d["state"], d["reason"]), []).append(h)
+    order = list(FLEET_STATES)
+    keys = sorted(by, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
+    return [{"state": st, "reason": why, "hosts": by[(st, why)]} for st, why in keys]
+
+
+def fleet_lines(s: dict[str, Any]) -> list[str]:
+    """One line per kind of outcome: count, what it means, which hosts, why."""
+    out: list[str] = []
+    for g in s["groups"]:
+        words = FLEET_STATES.get(g["state"], g["state"])
+        line = f"{len(g['hosts'])} {words}: {', '.join(g['hosts'])}"
+        out.append(line + (f" ({g['reason']})" if g["reason"] else ""))
+    return out
+
+
+def _lab_dir(inventory: str) -> Path | None:
+    """The lab directory when the inventory is one `fleetgate lab up` wrote."""
+    inv = Path(inventory)
+    return inv.parent if inv.name == "inventory.yml" and (
+        inv.parent / ".fleetgate-lab").exists() else None
+
+
+def next_steps(s: dict[str, Any], art: dict[str, Any], *, has_canary: bool) -> list[str]:
+    """The exact commands that follow where the rollout stands (empty while it runs well)."""
+    rid = s["id"]
+    q = shlex.quote
+    state = s["state"]
+    if state == "completed":
+        return [f"fleetgate rollout report {rid} --html {rid}.html --md {rid}.md"]
+    if state not in ("halted", "aborted"):
+        if s["phase"] == "awaiting approval":
+            return [f"fleetgate rollout approve {rid} --wave {s['wave']} --reason TEXT"]
+        if s["controller"] and not s["controller"]["alive"]:
+            return [f"fleetgate rollout resume {rid}"]
+        return []
+    out: list[str] = []
+    failed_waves = sorted({d["wave"] for d in s["hosts"].values()
+                           if d["state"] in FAILED_HOST})
+    if has_canary:
+        out += [f"fleetgate rollout explain {rid} --wave {k}" for k in failed_waves]
+    out.append(f"fleetgate rollout history {rid} --kind host")
+    held = [h for h, d in s["hosts"].items() if d["state"] == "failed_held"]
+    lab = _lab_dir(s["inventory"])
+    for h in held:
+        if lab is not None:
+            out.append(f"fleetgate lab --lab-dir {q(str(lab))} heal {h}")
+        else:
+            out.append(f"fleetgate diagnose -i {q(s['inventory'])} --limit {h}")
+    if s["resumable"]:
+        out.append(f"fleetgate rollout resume {rid}")
+    elif any(d["state"] in ("skipped", "pending") for d in s["hosts"].values()):
+        # A finished rollout never restarts; the untouched hosts go in a new plan.
+        plan_file = art.get("plan_file") or "PLAN.yml"
+        out.append(f"fleetgate rollout plan {q(str(plan_file))}")
+    out.append(f"fleetgate rollout report {rid} --html {rid}.html --md {rid}.md")
+    return out
+
+
+# ---------------------------------------------------------------------------- history
+
+def _text(v: Any) -> str:
+    """A value as plain text: strings bare, structures as compact JSON, never a repr."""
+    if isinstance(v, str):
+        return " ".join(v.split())
+    return json.dumps(v, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def _hosts_text(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{h} {o}" for h, o in v.items())
+    if isinstance(v, list):
+        return ", ".join(map(str, v))
+    return _text(v)
 
 
 def history_line(e: dict[str, Any]) -> str:
-    """One journal event as one readable line."""
+    """One journal event as one readable line: ISO time, kind, wave, host, what happened."""
     d = e["data"]
     who = f" {e['host']}" if e.get("host") else ""
     wave = f" w{e['wave']}" if e.get("wave") else ""
     kind = e["kind"]
+    why = f" ({_text(d['reason'])})" if d.get("reason") else ""
     if kind == "host":
-        text = f"{d.get('from')} -> {d.get('to')}" + (
-            f" ({d['reason']})" if d.get("reason") else "")
+        text = f"{d.get('from')} -> {d.get('to')}{why}"
     elif kind == "rollout":
-        text = d.get("state", "") + (f" [{d['phase']}]" if d.get("phase") else "") + (
-            f" ({d['reason']})" if d.get("reason") else "")
+        text = str(d.get("state", "")) + (f" [{d['phase']}]" if d.get("phase") else "") + why
+        if d.get("batch"):
+            text += f" batch: {_hosts_text(d['batch'])}"
     elif kind == "batch":
         text = f"{d.get('batch')} {d.get('state')}" + (
-            f" hosts={d['hosts']}" if "hosts" in d else "") + (
-            f" pid={d['pid']}" if "pid" in d else "") + (
-            f" rc={d['rc']}" if "rc" in d else "") + (
-            f" error={d['error']}" if d.get("error") else "")
+            f" hosts: {_hosts_text(d['hosts'])}" if "hosts" in d else "") + (
+            f" pid {d['pid']}" if "pid" in d else "") + (
+            f" rc {d['rc']}" if "rc" in d else "") + (
+            f" error: {_text(d['error'])}" if d.get("error") else "")
     elif kind == "ansible":
-        text = f"{d.get('event')} task={d.get('task')!r}" + (
-            f" changed={d['changed']}" if "changed" in d else "") + (
-            f" msg={d['msg']!r}" if d.get("msg") else "")
+        text = f"{d.get('event')} task \"{_text(d.get('task') or '')}\"" + (
+            f" changed {str(d['changed']).lower()}" if "changed" in d else "") + (
+            f": {_text(d['msg'])[:300]}" if d.get("msg") else "")
     elif kind == "smoke":
         r = d["result"]
-        text = f"{d.get('label')} {r['check']} {r['status']}: {r['reason']}"
+        text = f"{d.get('label')} {r['check']} {r['status']}: {_text(r['reason'])}"
+    elif kind == "canary":
+        v = d.get("verdict") or {}
+        text = (f"{str(v.get('outcome', 'skipped')).upper()}"
+                + (f" score {v['score']}" if v.get("score") is not None else "")
+                + f": {_text(v.get('reason') or d.get('reason') or '')}")
+    elif kind in ("hoststate", "reconcile_host"):
+        st = d.get("state") if kind == "hoststate" else d.get("host_state")
+        label = d.get("label") or "reconcile"
+        text = f"{label}: " + (f"kernel {st.get('kernel_release')}" if isinstance(st, dict)
+                               else f"not read ({_text(d.get('why') or '?')})")
     else:
-        text = " ".join(f"{k}={v}" for k, v in d.items())
-    return f"#{e['seq']} {e['ts']:.3f} {kind}{wave}{who}: {text}"
+        text = " ".join(f"{k} {_hosts_text(v) if k == 'hosts' else _text(v)}"
+                        for k, v in d.items())
+    return f"#{e['seq']} {iso(e['ts'])} {kind}{wave}{who}: {text}"
