@@ -26,6 +26,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check python tests benchmarks molecule plugins roles
 	$(BIN)/mypy
+	VENV_BIN=$(BIN) scripts/lint-roles.sh
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
