@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from fleetgate.spec.loader import load_class
 from tests.conftest import FLEETGATE, REPO, LabHandle, fleetgate
@@ -29,7 +30,9 @@ BUILD_TIMEOUT_S = 3600
 TIMINGS: dict[str, float] = {}
 
 class GoldenImages:
-    """An image store private to the session, filled on demand."""
+    """An image store shared by the session's test processes (pytest-xdist workers included),
+    filled on demand: the first process to need a class builds it under a lock, the others
+    wait for that build and read its manifest."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -41,21 +44,42 @@ class GoldenImages:
         nc = load_class(REPO / "inventory" / "classes" / f"{class_name}.yml")
         name = f"{nc.name}-{nc.version}"
         if name not in self.manifests:
-            t = time.monotonic()
-            path = f"{FLEETGATE.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-            proc = fleetgate("image", "build", nc.name, *args, timeout=BUILD_TIMEOUT_S,
-                             env={**self.env, "PATH": path})
-            TIMINGS[f"image build {name}"] = time.monotonic() - t
-            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+            self.root.mkdir(parents=True, exist_ok=True)
+            with FileLock(self.root / f".{name}.lock"):
+                failed = self.root / f".{name}.failed"
+                assert not failed.exists(), f"{name}: failed in another worker: " + \
+                    failed.read_text()[-4000:]
+                if not (self.root / name / "manifest.json").exists():
+                    t = time.monotonic()
+                    path = f"{FLEETGATE.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+                    proc = fleetgate("image", "build", nc.name, *args,
+                                     timeout=BUILD_TIMEOUT_S, env={**self.env, "PATH": path})
+                    TIMINGS[f"image build {name}"] = time.monotonic() - t
+                    if proc.returncode != 0:
+                        failed.write_text(proc.stdout[-4000:] + proc.stderr)
+                    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
             self.manifests[name] = json.loads((self.root / name / "manifest.json").read_text())
         return f"{nc.name}:{nc.version}"
 
 
+def _golden_root(config: pytest.Config) -> Path:
+    """One store per run: under the main process's base temp dir, which xdist workers share
+    (each worker's own base temp is a child of it)."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    if hasattr(config, "workerinput"):
+        base = base.parent
+    return Path(base) / "golden"
+
+
 @pytest.fixture(scope="session")
-def golden(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GoldenImages]:
-    store = GoldenImages(tmp_path_factory.mktemp("golden"))
-    yield store
-    shutil.rmtree(store.root, ignore_errors=True)  # gigabytes of root filesystems
+def golden(pytestconfig: pytest.Config) -> GoldenImages:
+    return GoldenImages(_golden_root(pytestconfig))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The main process (not a worker) removes the store: gigabytes of root filesystems.
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(_golden_root(session.config), ignore_errors=True)
 
 
 LabFactory = Callable[..., AbstractContextManager[Any]]
