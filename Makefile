@@ -26,6 +26,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check python tests benchmarks molecule plugins roles playbooks
 	$(BIN)/mypy
+	VENV_BIN=$(BIN) scripts/lint-roles.sh
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
@@ -33,8 +34,11 @@ unit: venv
 integration: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/integration
 
+# Two workers, a test file each at a time (module-scoped labs stay whole), slowest first
+# (tests/conftest.py): the 2-core CI machine runs a TCG VM in one lane and container labs or
+# unit tests in the other.
 test: venv lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest tests
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder tests
 
 bench: venv
 	$(BIN)/python benchmarks/lab_up.py

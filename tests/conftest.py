@@ -52,3 +52,32 @@ class LabHandle:
         proc = subprocess.run(ssh_argv(paths, state.host(host).port, command),
                               capture_output=True, text=True, timeout=30, check=False)
         return proc.stdout
+
+
+# The suite runs in two pytest-xdist workers, a file at a time (`make test`: --dist loadfile,
+# --no-loadscope-reorder), and a worker takes the next file in collection order when it is
+# free. Longest first keeps the two lanes even, so the slow lab files lead, in about the order
+# of their wall time on the 2-core CI machine; every other file keeps pytest's order after them.
+SLOW_FIRST = (
+    "integration/test_kernel_update.py",
+    "integration/test_rollout.py",
+    "integration/test_molecule.py",
+    "integration/test_image.py",
+    "integration/test_nvidia_dkms.py",
+    "integration/test_smoke.py",
+    "integration/test_bad_blas.py",
+    "integration/test_triage.py",
+    "integration/test_lab.py",
+    "integration/test_preflight_deps.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        rel = Path(str(item.path)).relative_to(REPO / "tests").as_posix()
+        if rel in SLOW_FIRST:
+            return SLOW_FIRST.index(rel)
+        # A lab file not listed yet (a new one) still goes before the quick unit files.
+        return len(SLOW_FIRST) + (0 if rel.startswith("integration/") else 1)
+
+    items.sort(key=rank)

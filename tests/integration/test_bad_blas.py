@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, LabHandle
+from tests.integration.conftest import GoldenImages, LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -21,17 +22,12 @@ PLAN = REPO / "examples" / "bad-blas" / "rollout.yml"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
-    lab = LabHandle(tmp_path_factory.mktemp("badblas") / "lab")
-    try:
-        proc = lab.run("lab", "up", "--containers", str(N_HOSTS), check=False)
-        assert proc.returncode == 0, proc.stderr
-        # Version 1 everywhere first: OpenBLAS behind libblas.so.3, manifests written.
-        play = lab.run("fleet", "play", "apply-class", "-i", lab.inventory, check=False)
-        assert play.returncode == 0, play.stdout[-3000:] + play.stderr
+def lab(golden: GoldenImages, lab_up: LabFactory) -> Iterator[LabHandle]:
+    # Version 1 everywhere first, as a fleet built from the lab-cpu:1 golden image is:
+    # OpenBLAS behind libblas.so.3, manifests written.
+    with lab_up("badblas", containers=N_HOSTS, images=(golden.build("lab-cpu"),),
+                golden=golden) as lab:
         yield lab
-    finally:
-        lab.run("lab", "down", check=False)
 
 
 def manifest(lab: LabHandle, host: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from fleetgate.spec.loader import load_class
 from tests.conftest import REPO, LabHandle, fleetgate
+from tests.integration.conftest import LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -36,15 +37,9 @@ class Lab(LabHandle):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("lab") / "lab")
-    proc = lab.run("lab", "up", "--containers", str(N_CONTAINERS), "--vms", str(N_VMS),
-                   check=False)
-    try:
-        assert proc.returncode == 0, proc.stderr
+def lab(lab_up: LabFactory) -> Iterator[Lab]:
+    with lab_up("lab", containers=N_CONTAINERS, vms=N_VMS, handle=Lab) as lab:
         yield lab
-    finally:
-        lab.run("lab", "down", check=False)
 
 
 def test_every_host_answers_ansible_ping(lab: Lab) -> None:

@@ -29,11 +29,6 @@ def run_molecule(scenario: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=3600, check=False)
 
 
-def test_every_role_has_a_scenario() -> None:
-    roles = {p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir()}
-    assert roles <= set(SCENARIOS) | SLOW_SCENARIOS, roles - set(SCENARIOS)
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario: str) -> None:
     proc = run_molecule(scenario)

@@ -1,6 +1,7 @@
-"""The smoke suite on the real lab: 6 lab-cpu container hosts, the probes installed by the
-smoke_probes role through `fleetgate fleet play`, then `fleetgate smoke run` healthy and under
-real faults (CPU quota throttling, a cut network, a hung probe tool). One lab for all cases.
+"""The smoke suite on the real lab: 6 lab-cpu container hosts started from the lab-cpu golden
+image (the smoke_probes role installed the probes at build time), then `fleetgate smoke run`
+healthy and under real faults (CPU quota throttling, a cut network, a hung probe tool). One lab
+for all cases.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from fleetgate.smoke import run_smoke
 from tests.conftest import LabHandle
+from tests.integration.conftest import GoldenImages, LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -39,17 +41,12 @@ def by_host(doc: dict[str, Any], check: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("smoke") / "lab")
-    try:
-        proc = lab.run("lab", "up", "--containers", str(N_HOSTS), check=False)
-        assert proc.returncode == 0, proc.stderr
-        play = lab.run("fleet", "play", "smoke-probes", "-i", lab.inventory, "--json",
-                       check=False)
-        assert play.returncode == 0, play.stdout[-3000:] + play.stderr
+def lab(golden: GoldenImages, lab_up: LabFactory) -> Iterator[Lab]:
+    # Hosts from the lab-cpu golden image: the smoke_probes role installed the probes there
+    # (and its Molecule scenario proves the role on a fresh host).
+    with lab_up("smoke", containers=N_HOSTS, images=(golden.build("lab-cpu"),),
+                golden=golden, handle=Lab) as lab:
         yield lab
-    finally:
-        lab.run("lab", "down", check=False)
 
 
 def test_suite_passes_on_every_healthy_host(lab: Lab) -> None:

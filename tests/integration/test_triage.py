@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LabHandle
+from tests.integration.conftest import LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -44,14 +45,10 @@ def stage(walk: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("triage") / "lab")
-    try:
-        proc = lab.run("lab", "up", "--containers", "2", check=False)
-        assert proc.returncode == 0, proc.stderr
+def lab(lab_up: LabFactory) -> Iterator[Lab]:
+    # Fresh recipe hosts: a host with no manifest is one of the cases.
+    with lab_up("triage", containers=2, handle=Lab) as lab:
         yield lab
-    finally:
-        lab.run("lab", "down", check=False)
 
 
 def test_healthy_cpu_host_walks_clean(lab: Lab) -> None:

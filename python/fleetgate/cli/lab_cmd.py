@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, Literal, get_args
 
 import typer
 from rich.table import Table
@@ -47,13 +47,19 @@ def up(
     images_dir: Annotated[Path | None, typer.Option(
         "--images-dir", help="Image store (default: $FLEETGATE_IMAGES_DIR or .fleetgate/images).")]
     = None,
+    image_hosts: Annotated[Literal["class", "container", "vm"], typer.Option(
+        "--image-hosts",
+        help="Which hosts --image starts: the kind its class's lab.kind names, or container or "
+             "VM hosts whatever the class says (a GPU class's image as a container host is how "
+             "its driver role is tested without a GPU).")] = "class",
 ) -> None:
     """Start N container hosts and M VM hosts, wait for SSH on each, write the inventory."""
     paths: LabPaths = ctx.obj
     imgs = LabImages()
     if image:
         imgs = resolve_lab_images(image, Podman(paths.containers_conf), images_root=images_dir,
-                                  containers=containers, vms=vms)
+                                  containers=containers, vms=vms,
+                                  as_kind=None if image_hosts == "class" else image_hosts)
     state = fleet.up(paths, containers=containers, vms=vms,
                      container_class=imgs.container_class or container_class,
                      vm_class=imgs.vm_class or vm_class,

@@ -50,8 +50,9 @@ def import_image(podman: Podman, img: store.StoredImage) -> str:
 
 
 def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | None,
-                       containers: int, vms: int) -> LabImages:
-    """Each --image goes to the host kind its class's lab.kind names; one image per kind."""
+                       containers: int, vms: int, as_kind: str | None = None) -> LabImages:
+    """Each --image goes to the host kind its class's lab.kind names (or `as_kind`, when the
+    operator says so: a rootfs serves either kind); one image per kind."""
     out = LabImages()
     root = store.images_dir(images_root)
     for text in refs:
@@ -59,7 +60,8 @@ def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | N
         if img.source != "docker":
             raise BadInput(f"image {img.name} is a {img.source} image; the lab starts hosts "
                            "from rootfs (docker source) images", source="--image", field=text)
-        kind = img.manifest.get("image", {}).get("lab_kind") or _class_kind(img.node_class)
+        kind = as_kind or img.manifest.get("image", {}).get("lab_kind") \
+            or _class_kind(img.node_class)
         if kind == "container":
             if out.container_image is not None:
                 raise BadInput("only one image for container hosts", source="--image", field=text)
