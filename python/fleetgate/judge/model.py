@@ -19,8 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from fleetgate.errors import BadInput
-from fleetgate.spec.loader import field_path, pydantic_reason
+from fleetgate.errors import BadInput, field_path, pydantic_reason
 
 DEFAULT_TOLERANCE = 0.05
 # Two tests (location and spread) each at alpha: the no-change false-fail rate stays <= 0.5%.
