@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from fleetgate.errors import BadInput, field_path, pydantic_reason
+from fleetgate.errors import BadInput, validation_error
 
 DEFAULT_TOLERANCE = 0.05
 # Two tests (location and spread) each at alpha: the no-change false-fail rate stays <= 0.5%.
@@ -177,15 +177,7 @@ def validated(model: type[_M], data: Any, *, source: str, prefix: str) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errs = exc.errors()
-        first = errs[0]
-        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        loc = field_path(first["loc"]) if first["loc"] else ""
-        if not (prefix and loc):
-            field = prefix or loc or "(top level)"
-        else:
-            field = f"{prefix}{loc}" if loc.startswith("[") else f"{prefix}.{loc}"
-        raise BadInput(pydantic_reason(first) + more, source=source, field=field) from None
+        raise validation_error(exc, source, prefix=prefix) from None
 
 
 def parse_canary_section(data: Any, *, source: str = "plan", prefix: str = "canary"
