@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetgate.cli.output import console, esc, print_json
+from fleetgate.cli.output import console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.judge.explain import explain
 from fleetgate.judge.inputs import load_samples
@@ -25,31 +25,7 @@ from fleetgate.judge.model import (
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 4}
 _SPEC_RE = re.compile(r"^(?P<name>[^:]+)(?::(?P<direction>[^:]*))?(?::(?P<kind>[^:]*))?$")
 
-HELP = """Judge a canary sample file against a baseline sample file, metric by metric:
-Mann-Whitney U with a Hodges-Lehmann shift and its interval (location), Brown-Forsythe
-(spread), an exact test for event counts; then the weighted, fail-closed gate.
 
-\b
-Inputs (either side): `smoke run --json` output, a plain JSON document mapping each
-metric name to a list of numbers, or all_reduce_perf output (comms.busbw_gbps,
-comms.algbw_gbps, comms.wrong).
-
---metric NAME:DIRECTION:KIND, DIRECTION higher or lower, KIND continuous or count
-(repeatable; default: every metric both files have, higher is better). Counts are
-lower-is-better.
-
-\b
-Examples:
-  fleetgate judge --baseline old.json --canary new.json
-  fleetgate judge --baseline old.json --canary new.json --metric gemm.tflops --json
-  fleetgate judge --baseline a.txt --canary b.txt --metric comms.busbw_gbps
-  fleetgate judge --baseline b.json --canary c.json --metric xid:lower:count
-
-\b
-Exit codes:
-  0 pass, 1 fail, 4 inconclusive (something could not be measured or bounded),
-  2 bad input (one line on stderr, nothing judged).
-"""
 
 
 def _metric_specs(specs: list[str], base: dict[str, Any], can: dict[str, Any],
@@ -80,6 +56,13 @@ def _metric_specs(specs: list[str], base: dict[str, Any], can: dict[str, Any],
     return out
 
 
+@documented([
+    "fleetgate judge --baseline old.json --canary new.json",
+    "fleetgate judge --baseline old.json --canary new.json --metric gemm.tflops --json",
+    "fleetgate judge --baseline a.txt --canary b.txt --metric comms.busbw_gbps",
+    "fleetgate judge --baseline b.json --canary c.json --metric xid:lower:count",
+], "0 pass, 1 fail, 2 bad input (nothing judged), 4 inconclusive (something could not be "
+   "measured or bounded)")
 def judge_command(
     baseline: Annotated[Path, typer.Option("--baseline", help="Reference samples (file).")],
     canary: Annotated[Path, typer.Option("--canary", help="Candidate samples (file).")],
@@ -98,6 +81,17 @@ def judge_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")
                        ] = False,
 ) -> None:
+    """Judge a canary sample file against a baseline sample file, metric by metric:
+    Mann-Whitney U with a Hodges-Lehmann shift and its interval (location), Brown-Forsythe
+    (spread), an exact test for event counts; then the weighted, fail-closed gate.
+
+    Inputs (either side): `smoke run --json` output, a plain JSON document mapping each
+    metric name to a list of numbers, or all_reduce_perf output (comms.busbw_gbps,
+    comms.algbw_gbps, comms.wrong).
+
+    --metric NAME:DIRECTION:KIND, DIRECTION higher or lower, KIND continuous or count
+    (repeatable; default: every metric both files have, higher is better). Counts are
+    lower-is-better."""
     base = load_samples(baseline)
     can = load_samples(canary)
     metrics = _metric_specs(metric or [], base, can, tolerance)
@@ -115,6 +109,3 @@ def judge_command(
     else:
         console.print(esc(explain(verdict)))
     raise typer.Exit(EXIT_CODES[verdict.outcome])
-
-
-judge_command.__doc__ = HELP

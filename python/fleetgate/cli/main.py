@@ -61,7 +61,7 @@ app.add_typer(image_cmd.app, name="image")
 app.command("diagnose")(diagnose_cmd.diagnose_command)
 app.add_typer(preflight_cmd.app, name="preflight")
 app.add_typer(rollout_cmd.app, name="rollout")
-app.command("judge", help=judge_cmd.HELP)(judge_cmd.judge_command)
+app.command("judge")(judge_cmd.judge_command)
 
 
 def main() -> None:

@@ -11,10 +11,9 @@ import hashlib
 from typing import Any
 
 from fleetgate.errors import FleetgateError
-from fleetgate.spec.schema import NodeClass
+from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 
 IMAGE_MANIFEST_SCHEMA = 1
-ENGINE_PACKAGES = {"containerd": "containerd", "docker": "docker.io", "podman": "podman"}
 # Parts of a class a build may leave out, with --omit, where this machine cannot reach their
 # source. The image records each omission; its manifest never claims the part.
 OMITTABLE = ("gpu-toolkit",)
