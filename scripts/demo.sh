@@ -40,7 +40,7 @@ kernel_rollout() {
   "$FG" image build lab-vm --out "$IMAGES" --force
   "$FG" lab up --containers 0 --vms "$VMS" --image lab-vm --images-dir "$IMAGES"
   "$FG" rollout plan examples/kernel-update/rollout.yml -i "$VM_LAB/inventory.yml" \
-    -o "$OUT/kernel.plan.json"
+    --out "$OUT/kernel.plan.json"
   "$FG" rollout start "$OUT/kernel.plan.json" --id "$KERNEL_ID" \
     --metrics-file "$OUT/kernel.prom"
 }
@@ -52,7 +52,7 @@ blas_rollout() {
   # Version 1 everywhere: OpenBLAS behind libblas.so.3.
   "$FG" fleet play apply-class -i "$CT_LAB/inventory.yml" >/dev/null
   "$FG" rollout plan examples/bad-blas/rollout.yml -i "$CT_LAB/inventory.yml" \
-    -o "$OUT/bad-blas.plan.json"
+    --out "$OUT/bad-blas.plan.json"
   "$FG" rollout start "$OUT/bad-blas.plan.json" --id "$BLAS_ID" \
     --metrics-file "$OUT/bad-blas.prom"
 }

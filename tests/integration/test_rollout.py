@@ -106,7 +106,7 @@ def host_events(lab: Lab, rid: str) -> list[dict[str, Any]]:
 def test_plan_prints_waves_and_budgets_and_touches_nothing(lab: Lab) -> None:
     plan = lab.plan("plan-only")
     out = lab.root.parent / "plan-only.json"
-    proc = lab.rollout("plan", str(plan), "-o", str(out), "--json", check=True)
+    proc = lab.rollout("plan", str(plan), "--out", str(out), "--json", check=True)
     doc = json.loads(proc.stdout)
     assert doc["waves"] == [CANARY, WAVE1, WAVE2]
     assert doc["budgets"]["per_wave"][1] == "tolerates 0 failed; halts when failed > 0"
