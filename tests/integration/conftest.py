@@ -62,9 +62,17 @@ class GoldenImages:
         return f"{nc.name}:{nc.version}"
 
 
+# A developer iterating on one lab file can point this at a store a run already filled
+# (FLEETGATE_TEST_IMAGES=/tmp/pytest-of-root/pytest-N/golden) and skip the builds; the store
+# is then left in place. CI never sets it.
+KEEP_IMAGES = os.environ.get("FLEETGATE_TEST_IMAGES")
+
+
 def _golden_root(config: pytest.Config) -> Path:
     """One store per run: under the main process's base temp dir, which xdist workers share
     (each worker's own base temp is a child of it)."""
+    if KEEP_IMAGES:
+        return Path(KEEP_IMAGES)
     base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     if hasattr(config, "workerinput"):
         base = base.parent
@@ -78,7 +86,7 @@ def golden(pytestconfig: pytest.Config) -> GoldenImages:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # The main process (not a worker) removes the store: gigabytes of root filesystems.
-    if not hasattr(session.config, "workerinput"):
+    if not hasattr(session.config, "workerinput") and not KEEP_IMAGES:
         shutil.rmtree(_golden_root(session.config), ignore_errors=True)
 
 

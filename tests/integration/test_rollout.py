@@ -60,8 +60,11 @@ class Lab(LabHandle):
         return self.run("rollout", *args, check=check)
 
     def status(self, rid: str) -> dict[str, Any]:
-        proc = self.rollout("status", rid, "--json", check=True)
+        proc = self.rollout("status", rid, "--json")
         doc: dict[str, Any] = json.loads(proc.stdout)
+        # `rollout status` exits as `start` would for the state it reports (10 halted, 11
+        # aborted), so a CI step can branch on it; a running rollout is 0.
+        assert proc.returncode == EXIT.get(doc["state"], 0), (proc.returncode, doc["state"])
         return doc
 
     def wait_phase(self, rid: str, phase: str, proc: subprocess.Popen[str],
