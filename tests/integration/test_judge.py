@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from tests.conftest import LabHandle
+from tests.integration.conftest import GoldenImages, LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -73,17 +74,11 @@ class Lab(LabHandle):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("judge") / "lab")
-    try:
-        proc = lab.run("lab", "up", "--containers", str(N_HOSTS), check=False)
-        assert proc.returncode == 0, proc.stderr
-        play = lab.run("fleet", "play", "smoke-probes", "-i", lab.inventory, "--json",
-                       check=False)
-        assert play.returncode == 0, play.stdout[-3000:] + play.stderr
+def lab(golden: GoldenImages, lab_up: LabFactory) -> Iterator[Lab]:
+    # Hosts from the lab-cpu golden image already carry the smoke probes the gates run.
+    with lab_up("judge", containers=N_HOSTS, images=(golden.build("lab-cpu"),), golden=golden,
+                handle=Lab) as lab:
         yield lab
-    finally:
-        lab.run("lab", "down", check=False)
 
 
 def test_one_slow_host_among_good_ones_fails_alone(lab: Lab) -> None:
