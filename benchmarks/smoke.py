@@ -51,7 +51,7 @@ def gemm_cv(env: dict[str, str], inventory: str, host: str, runs: int,
     for i in range(runs):
         out = out_dir / f"gemm-{i}.json"
         run([FLEETGATE, "smoke", "run", "-i", inventory, "--limit", host, "--only", "gemm",
-             "--json", str(out)], env)
+             "--out", str(out)], env)
         doc = json.loads(out.read_text())
         values.append(float(doc["results"][0]["metrics"]["tflops"]))
     mean = statistics.fmean(values)

@@ -136,7 +136,7 @@ def test_fleetgate_judge_on_two_real_smoke_files(lab: Lab, tmp_path: Path) -> No
         for name, limit in (("base", "lab-c05:lab-c06:lab-c07"), ("slow", "lab-c08")):
             files[name] = tmp_path / f"{name}.json"
             proc = lab.run("smoke", "run", "-i", lab.inventory, "--limit", limit, "--only",
-                           "gemm", "--json", str(files[name]), check=False)
+                           "gemm", "--out", str(files[name]), check=False)
             assert files[name].exists(), proc.stderr
     finally:
         lab.run("lab", "heal", "lab-c08", check=False)
@@ -150,4 +150,8 @@ def test_fleetgate_judge_on_two_real_smoke_files(lab: Lab, tmp_path: Path) -> No
     assert m["n_baseline"] >= 9 and m["n_canary"] >= 3 and m["relative_shift"] < -0.5
     same = lab.run("judge", "--baseline", str(files["base"]), "--canary", str(files["base"]),
                    "--metric", "gemm.tflops", check=False)
-    assert same.returncode == 0, same.stdout
+    # A file judged against itself never fails. On a busy lab host GEMM can be so noisy
+    # that the judge cannot bound the change (inconclusive, exit 4): noise widens doubt, it
+    # never turns into a verdict either way.
+    assert same.returncode in (0, 4), same.stdout
+    assert "FAIL" not in same.stdout.split("gate (")[-1], same.stdout
