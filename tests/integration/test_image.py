@@ -67,10 +67,13 @@ def _podman(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False, env={**os.environ, "CONTAINERS_CONF": str(conf)})
 
 
-def _build_containers_left() -> list[str]:
+def _build_containers_left(image: str) -> list[str]:
+    """Build containers of `image` (its label value starts with the image name) still there.
+    Only this build's: another test process may be building another image right now."""
     out = _podman("ps", "-a", "--filter", "label=io.fleetgate.image-build",
-                  "--format", "{{.Names}}").stdout
-    return out.split()
+                  "--format", '{{.Names}} {{index .Labels "io.fleetgate.image-build"}}').stdout
+    return [name for name, _, label in (line.partition(" ") for line in out.splitlines())
+            if label.startswith(f"{image}-")]
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +366,7 @@ def test_dkms_module_that_cannot_build_fails_the_build_and_leaves_nothing(
     assert "fgbroken/1.0 failed to build for kernel 6.1.0-57-cloud-amd64" in line
     assert "dkms_modules" in line
     assert list(out.iterdir()) == [], "a failed build left files in the image store"
-    assert _build_containers_left() == []
+    assert _build_containers_left("lab-vm-fgbroken-1") == []
 
 
 # --- qemu source: opt-in (about 8 minutes of TCG) ------------------------------------------
