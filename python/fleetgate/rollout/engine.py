@@ -29,6 +29,9 @@ from fleetgate.smoke.runner import run_smoke
 from fleetgate.spec.loader import repo_root
 
 POLL_S = 1.0
+# Drain and undrain playbooks (the plan's drain section) get this long per batch: the same
+# limit in all three places, so a slow drain fails the same way wherever it runs.
+DRAIN_TIMEOUT_S = 600
 
 
 class LeaseLost(FleetgateError):
@@ -244,7 +247,7 @@ class Controller:
     def _drain_stage(self, hosts: list[str], k: int) -> list[str]:
         assert self.plan.drain is not None
         res = self._stage("drain", hosts, k, repo_root() / self.plan.drain.drain_playbook, {},
-                          600)
+                          DRAIN_TIMEOUT_S)
         ok, failed = self._split(res, hosts, "drain")
         if failed:
             self._fail(list(failed), k, failed, apply_started=False)
@@ -277,7 +280,7 @@ class Controller:
     def _healthy(self, hosts: list[str], k: int) -> None:
         if hosts and self.plan.drain is not None:
             res = self._stage("undrain", hosts, k,
-                              repo_root() / self.plan.drain.undrain_playbook, {}, 600)
+                              repo_root() / self.plan.drain.undrain_playbook, {}, DRAIN_TIMEOUT_S)
             hosts, failed = self._split(res, hosts, "undrain")
             for h, why in failed.items():
                 # Verified but still out of service: say so rather than call it healthy.
@@ -298,7 +301,7 @@ class Controller:
                 self.j.set_host(self.rid, h, "failed_held", reasons[h])
             if redrain and self.plan.drain is not None:
                 self._stage("drain", hosts, k, repo_root() / self.plan.drain.drain_playbook, {},
-                            600)
+                            DRAIN_TIMEOUT_S)
             return
         self._rollback(hosts, k, reasons)
 
