@@ -21,7 +21,7 @@ from fleetgate.rollout import report_html, report_plots
 from tests.fixtures.rollout.journal_builder import RID, build_journal
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-WIDTH, HEIGHT = 1400, 3000
+WIDTH, HEIGHT = 1400, 4200
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                 reason="chromium not installed (scripts/install-system-deps.sh)")
@@ -89,8 +89,12 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
     below = pixels[ys.max():]
     assert int(near(below, report_plots.REF_COLOUR, alpha=0.85).sum()) >= 100, \
         "no baseline samples drawn"
-    assert int(near(below, report_plots.OUTCOME_COLOUR["pass"], alpha=0.85).sum()) >= 100, \
+    # Each sample point is a 16-px² marker (~6 px of its own colour inside its edge): the one
+    # passing canary has 5 samples per metric, the failed wave-2 canaries 5 each as well.
+    assert int(near(below, report_plots.OUTCOME_COLOUR["pass"], alpha=0.85).sum()) >= 40, \
         "no passing canary samples drawn"
+    assert int(near(below, report_plots.OUTCOME_COLOUR["fail"], alpha=0.85).sum()) >= 40, \
+        "no failing canary samples drawn"
     assert int(near(below, report_plots.THRESHOLD_COLOUR).sum()) >= 100, \
         "no tolerance lines drawn"
 
