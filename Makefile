@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration deps venv bench clean
+.PHONY: demo test lint unit integration deps venv bench collection clean
 
 deps:
 	@scripts/install-system-deps.sh
@@ -42,6 +42,9 @@ test: venv lint
 
 bench: venv
 	$(BIN)/python benchmarks/lab_up.py
+
+collection: venv
+	$(BIN)/python scripts/build-collection.py --out dist
 
 clean:
 	rm -rf $(VENV) .fleetgate

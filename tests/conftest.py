@@ -19,11 +19,12 @@ FLEETGATE = Path(sys.executable).parent / "fleetgate"
 
 
 def fleetgate(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 600, check: bool = False
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 600, check: bool = False,
+    cwd: Path = REPO,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **(env or {})}
     proc = subprocess.run([str(FLEETGATE), *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO, check=False)
+                          timeout=timeout, env=full_env, cwd=cwd, check=False)
     if check and proc.returncode != 0:
         pytest.fail(f"fleetgate {' '.join(args)} -> {proc.returncode}\n"
                     f"{proc.stdout}\n{proc.stderr}")

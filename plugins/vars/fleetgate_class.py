@@ -23,6 +23,7 @@ DOCUMENTATION = """
 """
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +34,25 @@ from ansible.plugins.vars import BaseVarsPlugin
 
 try:
     from fleetgate.errors import FleetgateError
+    from fleetgate.site import current_site
     from fleetgate.spec.derive import ansible_vars
     from fleetgate.spec.loader import load_class
+    from fleetgate.spec.schema import CLASS_NAME_RE
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleError(f"fleetgate_class vars plugin needs the fleetgate package: {exc}") from exc
 
 _CACHE: dict[tuple[str, float], dict[str, Any]] = {}
 
 
-def _classes_dir(plugin_file: str) -> Path:
+def _classes_dir() -> Path:
     # A rollout of a new class version points one run at that version's directory.
     override = os.environ.get("FLEETGATE_CLASSES_DIR")
     if override:
         return Path(override)
-    env = os.environ.get("FLEETGATE_HOME")
-    root = Path(env) if env else Path(plugin_file).resolve().parents[2]
-    return root / "inventory" / "classes"
+    try:  # plain ansible-playbook: the site around the working directory (or FLEETGATE_SITE)
+        return current_site().classes_dir
+    except FleetgateError as exc:
+        raise AnsibleError(f"fleetgate_class vars plugin: {exc.one_line()}") from None
 
 
 class VarsModule(BaseVarsPlugin):
@@ -70,7 +74,11 @@ class VarsModule(BaseVarsPlugin):
         return out
 
     def _load(self, name: str) -> dict[str, Any]:
-        path = _classes_dir(__file__) / f"{name}.yml"
+        # The name becomes a path: only a class name may (no '/', no '..').
+        if not re.fullmatch(CLASS_NAME_RE, name):
+            raise AnsibleError(f"fleetgate_class {name!r} is not a node class name "
+                               f"({CLASS_NAME_RE})")
+        path = _classes_dir() / f"{name}.yml"
         if not path.exists():
             raise AnsibleError(f"{path}: no node class named {name!r}")
         key = (str(path), path.stat().st_mtime)

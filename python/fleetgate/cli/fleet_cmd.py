@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
 from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import content_root
 from fleetgate.triage.cachekey import cache_key, parse_engines, runtime_of
 from fleetgate.triage.drift import class_hardware, host_drift, mixed_drift
 from fleetgate.triage.drift import to_dict as drift_dict
@@ -20,10 +21,7 @@ from fleetgate.triage.fleetstate import Selection, read_states, select
 
 app = typer.Typer(help="Operations on hosts, through ansible-runner.", no_args_is_help=True)
 
-InventoryOpt = Annotated[list[Path], typer.Option(
-    "--inventory", "-i", help="Ansible inventory source (file, directory, script), repeatable.")]
 PLAYBOOK_RE = re.compile(r"^[A-Za-z0-9_./-]{1,300}$")
-LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 
 
 @app.command()
@@ -32,12 +30,12 @@ LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible hos
     "fleetgate fleet ping -i inventory.yml --limit lab-c01 --json",
 ])
 def ping(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Ping hosts with Ansible's ping module; exit 1 if any host is unreachable or fails."""
-    result = ansible.run(inventory=inventory, module="ping", limit=limit)
+    result = ansible.run(inventory=inventory_sources(inventory), module="ping", limit=limit)
     rows = {h: {"outcome": r.outcome, "message": r.message}
             for h, r in sorted(result.hosts.items())}
     if as_json:
@@ -62,13 +60,13 @@ def ping(
     "fleetgate fleet facts -i inventory.yml --json",
 ])
 def facts(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Kernel, OS and class of each host (playbooks/facts.yml); exit 1 if any host fails."""
-    result = ansible.run(inventory=inventory, playbook=repo_root() / "playbooks" / "facts.yml",
-                         limit=limit)
+    result = ansible.run(inventory=inventory_sources(inventory),
+                         playbook=content_root() / "playbooks" / "facts.yml", limit=limit)
     rows: dict[str, dict[str, str]] = {}
     for name, hr in sorted(result.hosts.items()):
         info: dict[str, str] = next((r["msg"] for r in reversed(hr.results)
@@ -113,7 +111,7 @@ def resolve_playbook(name: str) -> Path:
         raise BadInput("not a playbook name or path", source="PLAYBOOK", field=repr(name))
     path = Path(name)
     if path.suffix not in (".yml", ".yaml"):
-        path = repo_root() / "playbooks" / f"{name}.yml"
+        path = content_root() / "playbooks" / f"{name}.yml"
     if not path.is_file():
         raise BadInput("no such playbook", source="PLAYBOOK", field=str(path))
     return path
@@ -127,7 +125,7 @@ def resolve_playbook(name: str) -> Path:
 def play(
     playbook: Annotated[str, typer.Argument(help="Name in playbooks/ (e.g. kernel-update) "
                                                  "or a path.")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     extra_vars: Annotated[list[str] | None, typer.Option(
         "--extra-vars", "-e", help="KEY=VALUE, repeatable.")] = None,
@@ -135,7 +133,7 @@ def play(
 ) -> None:
     """Run a playbook through ansible-runner; exit 1 if any host fails or is unreachable."""
     path = resolve_playbook(playbook)
-    result = ansible.run(inventory=inventory, playbook=path, limit=limit,
+    result = ansible.run(inventory=inventory_sources(inventory), playbook=path, limit=limit,
                          extravars=parse_extra_vars(extra_vars or []))
     rows = {h: {"outcome": r.outcome, "task": r.task, "message": r.message}
             for h, r in sorted(result.hosts.items())}
@@ -166,14 +164,14 @@ HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
     "fleetgate fleet drift -i inventory.yml --json",
 ])
 def drift(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare each host's live versions and devices with its class and the manifest it
     carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
     could not be read (and nothing drifted)."""
-    sel = select(inventory, limit)
+    sel = select(inventory_sources(inventory), limit)
     run_dir, states = read_states(sel)
     hosts = [host_drift(s, sel.classes[s.host]) for s in states]
     hardware = class_hardware(states)
@@ -206,7 +204,7 @@ def drift(
 ])
 def cache_key_command(
     host: Annotated[str, typer.Argument(help="One inventory host.")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     engine: Annotated[list[str] | None, typer.Option(
         "--engine", help="NAME=VERSION of the engine or compiler, repeatable "
                          "(tensorrt=10.3, torch=2.4.1, triton=3.0.0).")] = None,
@@ -220,7 +218,7 @@ def cache_key_command(
     if not HOST_RE.fullmatch(host):
         raise BadInput("not a single host name", source="HOST", field=repr(host))
     engines = parse_engines(engine or [])
-    sel = select(inventory, host)
+    sel = select(inventory_sources(inventory), host)
     if host not in sel.classes:
         raise BadInput("no such host in the inventory", source=sel.inventory.label, field=host)
     nc = sel.classes[host]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import click
@@ -23,11 +24,13 @@ from fleetgate.cli import (
     lab_cmd,
     preflight_cmd,
     rollout_cmd,
+    site_cmd,
     smoke_cmd,
     spec_cmd,
 )
 from fleetgate.errors import FleetgateError
 from fleetgate.revision import version_text
+from fleetgate.site import SITE_ENV
 
 app = typer.Typer(
     name="fleetgate",
@@ -44,13 +47,25 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(epilog=(
+    "Where things live: the site (node classes, plans, inventories; the nearest fleetgate.yml "
+    "from the working directory up, or --site / FLEETGATE_SITE), its state (journal, leases, "
+    "runs: FLEETGATE_STATE_DIR), images (FLEETGATE_IMAGES_DIR), classes "
+    "(FLEETGATE_CLASSES_DIR), the lab (FLEETGATE_LAB_DIR) and fleetgate's own Ansible content "
+    "(FLEETGATE_HOME). `fleetgate site` prints what each resolves to."))
 def _root(
     version: Annotated[bool, typer.Option(
         "--version", callback=_version, is_eager=True,
         help="Print the version and the git revision, and exit.")] = False,
+    site: Annotated[Path | None, typer.Option(
+        "--site", help="The site directory (holding fleetgate.yml); default: the nearest one "
+                       "from the working directory up. Also FLEETGATE_SITE.",
+        show_default=False)] = None,
 ) -> None:
     """Golden images, pinned GPU stacks and gated canary rollouts for GPU fleets."""
+    if site is not None:
+        # Through the environment, so the Ansible runs, workers and plugins it starts agree.
+        os.environ[SITE_ENV] = str(site.resolve())
 
 
 app.add_typer(spec_cmd.app, name="spec")
@@ -62,6 +77,8 @@ app.command("diagnose")(diagnose_cmd.diagnose_command)
 app.add_typer(preflight_cmd.app, name="preflight")
 app.add_typer(rollout_cmd.app, name="rollout")
 app.command("judge")(judge_cmd.judge_command)
+app.command("init")(site_cmd.init_command)
+app.command("site")(site_cmd.site_command)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from fleetgate.cli.options import InventoryOpt, inventory_sources
 from fleetgate.cli.output import (
     JsonFlag,
     Output,
@@ -46,7 +47,7 @@ def _stderr(text: str) -> None:
    "measured, 2 bad input")
 def run(
     ctx: typer.Context,
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
+    inventory: InventoryOpt = None,
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="Ansible host pattern.")] = None,
     node_class: Annotated[str | None, typer.Option("--class",
@@ -70,7 +71,7 @@ def run(
                        "PATH", source="smoke run", field=" ".join(ctx.args))
     out = fmt(as_json, output)
     base = load_results(baseline) if baseline is not None else None
-    result = run_smoke(inventory, limit=limit, node_class=node_class, only=only,
+    result = run_smoke(inventory_sources(inventory), limit=limit, node_class=node_class, only=only,
                        baseline=base, forks=forks)
     if json_out is not None:
         try:

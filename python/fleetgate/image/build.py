@@ -45,8 +45,9 @@ from fleetgate.image.provenance import (
 from fleetgate.image.qemu_base import QemuBase, make_qemu_base
 from fleetgate.image.vendor import build_repo
 from fleetgate.runner.ansible import state_dir
+from fleetgate.site import content_root, current_site
 from fleetgate.spec.derive import packer_vars
-from fleetgate.spec.loader import repo_root, resolve_class
+from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import Podman
 from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
@@ -81,7 +82,7 @@ class BuildResult:
 
 
 def packer_dir() -> Path:
-    return repo_root() / "packer"
+    return content_root() / "packer"
 
 
 def build_vars(nc: NodeClass, omit: tuple[str, ...]) -> dict[str, Any]:
@@ -131,7 +132,8 @@ def _packer_env(extra: dict[str, str], work: Path) -> dict[str, str]:
         "PACKER_TMP_DIR": str(work / "packer-tmp"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"),
         "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-        "FLEETGATE_HOME": str(repo_root()),
+        "FLEETGATE_HOME": str(content_root()),
+        "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
         **extra,
     }
 
@@ -193,7 +195,7 @@ def build_image(opts: BuildOptions, reporter: Reporter) -> BuildResult:
         upload = work / "fleetgate-upload"
         upload.mkdir()
         vendored = build_repo(opts.vendor_debs, upload / "vendor") if opts.vendor_debs else []
-        git = git_state(repo_root())
+        git = git_state(content_root())
         tdir = packer_dir()
         build_record: dict[str, Any] = {
             "build_id": build_id,

@@ -18,7 +18,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.image.naming import ImageRef, image_name, parse_dir_name
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import current_site
 
 MANIFEST = "manifest.json"
 SUMS = "sha256sums"
@@ -28,8 +28,7 @@ PARTIAL_MARK = ".partial-"
 def images_dir(override: Path | None = None) -> Path:
     if override is not None:
         return override.resolve()
-    env = os.environ.get("FLEETGATE_IMAGES_DIR")
-    return Path(env).resolve() if env else repo_root() / ".fleetgate" / "images"
+    return current_site().images_dir
 
 
 @dataclass(frozen=True)

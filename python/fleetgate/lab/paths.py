@@ -4,16 +4,14 @@ shared image cache, so two labs (a test run and the demo) never see each other's
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import current_site
 
 
 def default_lab_dir() -> Path:
-    env = os.environ.get("FLEETGATE_LAB_DIR")
-    return Path(env).resolve() if env else repo_root() / ".fleetgate" / "lab"
+    return current_site().lab_dir
 
 
 @dataclass(frozen=True)

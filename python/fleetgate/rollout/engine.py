@@ -21,12 +21,11 @@ from fleetgate.errors import FleetgateError
 from fleetgate.rollout import before, budgets, canary_gate, gates, measure, reconcile, worker
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
-from fleetgate.rollout.plan import RolloutPlan
+from fleetgate.rollout.plan import RolloutPlan, classes_path, playbook_path
 from fleetgate.rollout.waves import Assignment, Host
 from fleetgate.runner.ansible import state_dir
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.runner import run_smoke
-from fleetgate.spec.loader import repo_root
 
 POLL_S = 1.0
 # Drain and undrain playbooks (the plan's drain section) get this long per batch: the same
@@ -246,7 +245,7 @@ class Controller:
 
     def _drain_stage(self, hosts: list[str], k: int) -> list[str]:
         assert self.plan.drain is not None
-        res = self._stage("drain", hosts, k, repo_root() / self.plan.drain.drain_playbook, {},
+        res = self._stage("drain", hosts, k, self.plan.drain.drain_playbook, {},
                           DRAIN_TIMEOUT_S)
         ok, failed = self._split(res, hosts, "drain")
         if failed:
@@ -255,7 +254,7 @@ class Controller:
 
     def _apply_stage(self, hosts: list[str], k: int) -> list[str]:
         c = self.plan.change
-        res = self._stage("apply", hosts, k, repo_root() / c.playbook, dict(c.extra_vars),
+        res = self._stage("apply", hosts, k, c.playbook, dict(c.extra_vars),
                           c.timeout_s, c.classes)
         ok, failed = self._split(res, hosts, "apply")
         if failed:
@@ -280,7 +279,7 @@ class Controller:
     def _healthy(self, hosts: list[str], k: int) -> None:
         if hosts and self.plan.drain is not None:
             res = self._stage("undrain", hosts, k,
-                              repo_root() / self.plan.drain.undrain_playbook, {}, DRAIN_TIMEOUT_S)
+                              self.plan.drain.undrain_playbook, {}, DRAIN_TIMEOUT_S)
             hosts, failed = self._split(res, hosts, "undrain")
             for h, why in failed.items():
                 # Verified but still out of service: say so rather than call it healthy.
@@ -300,7 +299,7 @@ class Controller:
             for h in hosts:
                 self.j.set_host(self.rid, h, "failed_held", reasons[h])
             if redrain and self.plan.drain is not None:
-                self._stage("drain", hosts, k, repo_root() / self.plan.drain.drain_playbook, {},
+                self._stage("drain", hosts, k, self.plan.drain.drain_playbook, {},
                             DRAIN_TIMEOUT_S)
             return
         self._rollback(hosts, k, reasons)
@@ -315,7 +314,7 @@ class Controller:
             if self.rows()[h].state != "rolling_back":
                 self.j.set_host(self.rid, h, "rolling_back", reasons[h])
         if res is None:
-            res = self._stage("rollback", hosts, k, repo_root() / rb.playbook,
+            res = self._stage("rollback", hosts, k, rb.playbook,
                               dict(rb.extra_vars), rb.timeout_s, rb.classes)
         ok, failed = self._split(res, hosts, "rollback")
         for h, why in failed.items():
@@ -367,10 +366,16 @@ class Controller:
                 ok.append(h)
         return ok, failed
 
-    def _stage(self, kind: str, hosts: list[str], k: int, playbook: Path,
+    def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
                extravars: dict[str, Any], timeout: int, classes: str | None = None
                ) -> dict[str, dict[str, Any]] | None:
-        """Run one worker for `hosts` and wait for it; host -> outcome (None: no result)."""
+        """Run one worker for `hosts` and wait for it; host -> outcome (None: no result).
+        The artifact's paths are checked again here, as at planning: the site's tree may have
+        changed since (a playbook moved out, a symlink planted)."""
+        where = f"rollout {self.rid} (its plan artifact)"
+        playbook = playbook_path(playbook_rel, source=where, field=f"{kind}.playbook")
+        classes_dir = (classes_path(classes, source=where, field=f"{kind}.classes")
+                       if classes else None)
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
         bdir = self.dir / "batches" / bid
         bdir.mkdir(parents=True)
@@ -380,7 +385,7 @@ class Controller:
             "inventory": str(self.inventory), "playbook": str(playbook),
             "limit": ",".join(hosts), "extravars": extravars, "forks": len(hosts),
             "timeout": timeout,
-            "env": {"FLEETGATE_CLASSES_DIR": str(repo_root() / classes)} if classes else {}})
+            "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {}})
         self.j.batch_spawned(bid, self.rid, pid)
         doc = worker.wait(bdir, spawned_pid=pid)
         self._close_batch(bid, k, bdir, doc)

@@ -7,7 +7,7 @@ from typing import Any
 
 from fleetgate.rollout.plan import Target
 from fleetgate.runner import ansible
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import content_root
 
 PROBE_PLAYBOOK = "playbooks/rollout-probe.yml"
 
@@ -17,7 +17,7 @@ def probe(inventory: Path, hosts: list[str], targets: list[Target], *,
     """Host -> its reported state, or None with a reason when it could not be asked."""
     packages = sorted({p for t in targets for p in t.packages})
     files = sorted({f for t in targets for f in t.files})
-    r = ansible.run(inventory=inventory, playbook=repo_root() / PROBE_PLAYBOOK,
+    r = ansible.run(inventory=inventory, playbook=content_root() / PROBE_PLAYBOOK,
                     limit=",".join(hosts), forks=max(1, len(hosts)), runs_base=runs_base,
                     extravars={"fleetgate_probe_packages": packages,
                                "fleetgate_probe_files": files}, timeout=300,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from fleetgate.rollout import canary_gate
 from fleetgate.rollout.canary import Mode
+from fleetgate.rollout.plan import classes_path
 from fleetgate.smoke.model import CheckResult
-from fleetgate.spec.loader import repo_root
 
 if TYPE_CHECKING:
     from fleetgate.rollout.engine import Controller
@@ -45,7 +45,9 @@ def classes_for(ctl: Controller, label: str) -> Path | None:
     rel = (plan.change.classes if label in ("verify", "canary", "soak", "promoted")
            else plan.rollback.classes if label == "rollback-verify" and plan.rollback
            else None)
-    return repo_root() / rel if rel else None
+    if not rel:
+        return None
+    return classes_path(rel, source=f"rollout {ctl.rid} (its plan artifact)", field="classes")
 
 
 def measure(ctl: Controller, hosts: list[str], k: int, *, label: str, checks: Sequence[str]

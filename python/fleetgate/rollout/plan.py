@@ -24,13 +24,13 @@ from pydantic import (
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
+from fleetgate.site import content_root, current_site
 from fleetgate.smoke.thresholds import CHECKS, Check
 from fleetgate.spec.loader import (
     class_files,
     classes_dir,
     load_all,
     load_model,
-    repo_root,
     resolve_class,
 )
 from fleetgate.spec.schema import (
@@ -293,27 +293,49 @@ class RolloutPlan(_Strict):
         return self
 
 
-def playbook_path(rel: str, *, source: Path, field: str) -> Path:
-    """A playbook named by a plan must live inside the repository's playbooks/ (or examples/):
-    the plan cannot point the controller at an arbitrary file."""
-    root = repo_root()
-    p = (root / rel).resolve()
-    allowed = [(root / "playbooks").resolve(), (root / "examples").resolve()]
-    if ".." in Path(rel).parts or not any(p.is_relative_to(a) for a in allowed):
-        raise BadInput("must be a playbook under playbooks/ or examples/ of the repository",
-                       source=source, field=field)
-    if not p.is_file():
-        raise BadInput(f"no such playbook {rel}", source=source, field=field)
+def _plain_relative(rel: str, *, source: Path | str, field: str) -> Path:
+    p = Path(rel)
+    if not rel or p.is_absolute() or ".." in p.parts:
+        raise BadInput(f"{rel!r} must be a relative path without '..'", source=source,
+                       field=field)
     return p
 
 
-def classes_path(rel: str, *, source: Path | None = None, field: str = "classes") -> Path:
-    """A class directory named by a plan: inside the repository, and every class in it valid."""
-    root = repo_root()
+def playbook_path(rel: str, *, source: Path | str, field: str) -> Path:
+    """A playbook a plan names: one of fleetgate's own (its playbooks/) or one in the site's
+    playbook directories (fleetgate.yml `playbooks`), the site's first. The plan cannot point
+    the controller at any other file; checked when the plan is made and again wherever an
+    artifact is run, since the tree may have changed in between."""
+    _plain_relative(rel, source=source, field=field)
+    site, content = current_site(), content_root()
+    places = [(site.root, site.playbook_dirs), (content, [(content / "playbooks").resolve()])]
+    inside = False
+    for base, allowed in places:
+        raw = base / rel
+        if not any(raw.is_relative_to(a) for a in allowed):
+            continue
+        inside = True
+        p = raw.resolve()
+        if not any(p.is_relative_to(a) for a in allowed):  # a symlink planted in the tree
+            raise BadInput(f"{rel} leads outside the playbook directories ({p})",
+                           source=source, field=field)
+        if p.is_file():
+            return p
+    if not inside:
+        dirs = ", ".join(str(d.relative_to(site.root)) for d in site.playbook_dirs)
+        raise BadInput(f"must be a playbook under fleetgate's playbooks/ or the site's "
+                       f"playbook directories ({dirs})", source=source, field=field)
+    raise BadInput(f"no such playbook {rel}", source=source, field=field)
+
+
+def classes_path(rel: str, *, source: Path | str | None = None, field: str = "classes") -> Path:
+    """A class directory a plan names: inside the site, and every class in it valid."""
+    _plain_relative(rel, source=source or "plan", field=field)
+    root = current_site().root
     p = (root / rel).resolve()
-    if ".." in Path(rel).parts or not p.is_relative_to(root) or not p.is_dir():
-        raise BadInput("must be a directory of node classes inside the repository",
-                       source=source, field=field)
+    if not p.is_relative_to(root) or not p.is_dir():
+        raise BadInput("must be a directory of node classes inside the site", source=source,
+                       field=field)
     load_all(class_files([p]))  # a broken class is bad input now, not an Ansible error later
     return p
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import ansible_runner
 
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import content_root, current_site
 
 HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.IGNORECASE)
@@ -52,8 +52,7 @@ class RunResult:
 
 
 def state_dir() -> Path:
-    env = os.environ.get("FLEETGATE_STATE_DIR")
-    return Path(env).resolve() if env else repo_root() / ".fleetgate"
+    return current_site().state_dir
 
 
 def redact(obj: Any) -> Any:
@@ -84,8 +83,12 @@ def _env(forks: int) -> dict[str, str]:
         "ANSIBLE_TIMEOUT": "15",
         # The checkout's ansible.cfg (roles, the fleetgate_class vars plugin) applies to every
         # run, whatever directory ansible-runner starts Ansible in.
-        "ANSIBLE_CONFIG": str(repo_root() / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(repo_root() / "roles"),
+        "ANSIBLE_CONFIG": str(content_root() / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(content_root() / "roles"),
+        # The vars plugin loads each host's node class from the site's classes (a rollout of a
+        # new class version overrides this through `env`).
+        "FLEETGATE_HOME": str(content_root()),
+        "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
         "ANSIBLE_STDOUT_CALLBACK": "default",
         # Short socket paths: ControlPath must fit in sun_path (108 bytes).
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(state_dir() / "cp"),

@@ -6,7 +6,9 @@ directory with group_vars/host_vars, an executable script, an inventory plugin's
 several sources at once. An answer is kept for the rest of the process, keyed by the
 sources' files and the limit, so one command asks once however many runs it makes; an edited
 file is asked about again. A source Ansible cannot parse is bad input (one line, exit 2),
-not a warning followed by a run against fewer hosts than the operator meant.
+not a warning followed by a run against fewer hosts than the operator meant; so is a host
+whose connection variables could smuggle an option or a shell word into the ssh command line,
+or whose node class is not a class name.
 """
 
 from __future__ import annotations
@@ -22,11 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
-from fleetgate.spec.loader import repo_root
+from fleetgate.site import content_root, current_site
+from fleetgate.spec.schema import CLASS_NAME_RE
 
 # Host names reach command lines (--limit, --hosts=ansible://HOST) and file names.
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 LIMIT_RE = re.compile(r"^[A-Za-z0-9_.:*,!&\[\]-]{1,500}$")
+# Connection variables become ssh/scp arguments (and ssh hands ProxyCommand-style values to a
+# shell), so a leading '-' or any shell character is refused outright; IPv6 literals need ':'.
+ADDRESS_RE = re.compile(r"^(?!-)[A-Za-z0-9.:_-]{1,253}$")
+USER_RE = re.compile(r"^(?!-)[A-Za-z0-9._-]{1,64}$")
+PORT_TEXT_RE = re.compile(r"^[0-9]{1,5}$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 RESOLVE_TIMEOUT_S = 120
 
 Sources = Path | Sequence[Path]
@@ -108,12 +117,14 @@ class Inventory:
 
 
 def ansible_env() -> dict[str, str]:
-    """The environment for Ansible's own command-line tools run from this checkout."""
+    """The environment for Ansible's own command-line tools: fleetgate's content (its
+    ansible.cfg, roles, vars plugin) and the site's node classes, which the vars plugin reads."""
     bindir = str(Path(sys.executable).parent)
-    root = repo_root()
+    root = content_root()
     return {**os.environ,
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "FLEETGATE_HOME": str(root),
+            "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
             "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1",
@@ -156,6 +167,13 @@ def _signature(paths: tuple[Path, ...]) -> tuple[object, ...]:
     return tuple(out)
 
 
+_UNPARSED_RE = re.compile(r"^\[ERROR\]: Completely failed to parse inventory source (.+)$", re.M)
+_PLUGIN_FAILED_RE = re.compile(r"^\[WARNING\]: Failed to parse inventory with '([\w.]+)' "
+                               r"plugin: (.+)$", re.M)
+_SCRIPT_STDERR_RE = re.compile(r"^Standard error from inventory script:\n+(.+)$", re.M)
+_TAGGED_TYPE_RE = re.compile(r"<class '(?:[\w.]+\.)?_AnsibleTagged(\w+)'>")
+
+
 def _ansible_error(text: str) -> str:
     """The line that says why: Ansible's [ERROR] line, else the last thing it printed."""
     lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
@@ -163,9 +181,133 @@ def _ansible_error(text: str) -> str:
     return (errors[0] if errors else " ".join(lines))[-300:] or "(no output)"
 
 
+def _plugin_meant(source: Path, failures: dict[str, str]) -> str | None:
+    """Which inventory plugin the operator meant for a source every plugin refused. Ansible
+    tries them all in turn, and the INI plugin's complaint about a broken script's output
+    ("Expected key=value") hides the script's own exit code or JSON error."""
+    if source.is_file() and os.access(source, os.X_OK) and "script" in failures:
+        return "script"
+    if source.suffix in (".yml", ".yaml", ".json"):
+        # `auto` takes plugin configs (constructed, cloud plugins); without a `plugin:` key
+        # the file was meant as a YAML inventory.
+        auto = failures.get("auto", "")
+        if auto and "no root 'plugin' key" not in auto:
+            return "auto"
+        if "yaml" in failures:
+            return "yaml"
+    if "ini" in failures:
+        return "ini"
+    return next(iter(failures), None)
+
+
+def _failure(stderr: str, stdout: str, label: str) -> BadInput:
+    """ansible-inventory's non-zero exit as one line naming the source that failed."""
+    unparsed = _UNPARSED_RE.search(stderr)
+    if not unparsed:
+        # Not a parse failure: a vars plugin (fleetgate_class's missing class), a bad option.
+        reason = _ansible_error(stderr or stdout).removeprefix("[ERROR]: ")
+        return BadInput(f"ansible-inventory failed: {reason}", source=label)
+    source = unparsed.group(1).strip()
+    failures: dict[str, str] = {}
+    for m in _PLUGIN_FAILED_RE.finditer(stderr):
+        failures.setdefault(m.group(1), _TAGGED_TYPE_RE.sub(lambda t: t.group(1).lower(),
+                                                            m.group(2).strip()))
+    plugin = _plugin_meant(Path(source), failures)
+    if plugin is None:
+        why = ("the directory holds no inventory file" if Path(source).is_dir()
+               else "no inventory plugin accepts it")
+        return BadInput(f"Ansible failed to parse inventory source: {why}", source=source)
+    reason = failures[plugin]
+    script_err = _SCRIPT_STDERR_RE.search(stderr) if plugin == "script" else None
+    if script_err:
+        reason += f" (its stderr: {script_err.group(1).strip()[:200]})"
+    return BadInput(f"Ansible failed to parse inventory source with the {plugin!r} plugin: "
+                    f"{reason[:400]}", source=source)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _address_problem(value: object) -> str | None:
+    if isinstance(value, str) and ADDRESS_RE.fullmatch(value):
+        return None
+    return "is not a host name or IP address ([A-Za-z0-9.:_-], not starting with '-')"
+
+
+def _port_problem(value: object) -> str | None:
+    # A dynamic inventory's JSON often carries the port as a string; Ansible takes "22" as 22.
+    if isinstance(value, int) and not isinstance(value, bool):
+        port = value
+    elif isinstance(value, str) and PORT_TEXT_RE.fullmatch(value):
+        port = int(value)
+    else:
+        return "is not a port number"
+    return None if 1 <= port <= 65535 else "is not a port number in 1..65535"
+
+
+def _user_problem(value: object) -> str | None:
+    if isinstance(value, str) and USER_RE.fullmatch(value):
+        return None
+    return "is not a user name ([A-Za-z0-9._-], not starting with '-')"
+
+
+def _class_problem(value: object) -> str | None:
+    # Commands load the class by this name from the classes directory. The vars plugin checks
+    # a host's own fleetgate_class, but one set in group_vars or [all:vars] reaches here as is.
+    if isinstance(value, str) and re.fullmatch(CLASS_NAME_RE, value):
+        return None
+    return f"is not a node class name ({CLASS_NAME_RE})"
+
+
+def _text_problem(value: object) -> str | None:
+    # Key paths and extra ssh arguments are free text by design (the lab's carry spaces and
+    # -o options); a control character in one is never meant and splits log and audit lines.
+    if not isinstance(value, str):
+        return "is not a string"
+    return "has a control character in it" if CONTROL_RE.search(value) else None
+
+
+# Every variable here reaches the ssh/scp command line, the command run on the host, or a file
+# name; the ssh connection plugin still honours the old ansible_ssh_* spellings.
+HOST_VAR_CHECKS = {
+    "ansible_host": _address_problem,
+    "ansible_ssh_host": _address_problem,
+    "ansible_port": _port_problem,
+    "ansible_ssh_port": _port_problem,
+    "ansible_user": _user_problem,
+    "ansible_ssh_user": _user_problem,
+    "fleetgate_class": _class_problem,
+    "ansible_ssh_private_key_file": _text_problem,
+    "ansible_private_key_file": _text_problem,
+    "ansible_ssh_common_args": _text_problem,
+    "ansible_ssh_extra_args": _text_problem,
+    "ansible_python_interpreter": _text_problem,
+}
+
+
+def validate_hosts(inv: Inventory) -> None:
+    """Every host name and connection variable, before anything runs against them: the first
+    problem as BadInput (sources, hosts.HOST.VAR, why), with a count of the rest."""
+    problems: list[tuple[str, str]] = []
+    for name, hv in inv.hostvars.items():
+        if not HOST_RE.fullmatch(name):
+            problems.append((f"hosts.{name!r}", "host name has characters outside [A-Za-z0-9_.-]"))
+            continue
+        for var, problem in HOST_VAR_CHECKS.items():
+            if var in hv and (why := problem(hv[var])):
+                problems.append((f"hosts.{name}.{var}", f"{var} {_shown(hv[var])} {why}"))
+    if problems:
+        field, reason = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BadInput(reason + more, source=inv.label, field=field)
+
+
 def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) -> Inventory:
     """Ansible's view of the inventory (within `limit`, a host pattern). Bad input: a source
-    that is missing or does not parse, a host name that cannot safely reach a command."""
+    that is missing or does not parse, a host name or connection variable that cannot safely
+    reach a command (`validate_hosts`)."""
     if isinstance(inventory, Inventory):
         if inventory.limit == limit:
             return inventory
@@ -190,8 +332,7 @@ def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) 
         raise BadInput(f"ansible-inventory did not answer in {RESOLVE_TIMEOUT_S}s",
                        source=label) from None
     if proc.returncode != 0:
-        raise BadInput(f"ansible-inventory failed: {_ansible_error(proc.stderr or proc.stdout)}",
-                       source=label)
+        raise _failure(proc.stderr, proc.stdout, label)
     try:
         doc = plain_ansible_json(json.loads(proc.stdout))
     except json.JSONDecodeError as exc:
@@ -199,9 +340,6 @@ def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) 
     if not isinstance(doc, dict):
         raise BadInput("ansible-inventory printed no inventory", source=label)
     inv = Inventory(paths, limit, doc)
-    for name in inv.hostvars:
-        if not HOST_RE.fullmatch(name):
-            raise BadInput("host name has characters outside [A-Za-z0-9_.-]", source=label,
-                           field=f"hosts.{name!r}")
+    validate_hosts(inv)
     _CACHE[key] = inv
     return inv

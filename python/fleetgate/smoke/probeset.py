@@ -11,8 +11,8 @@ import hashlib
 import shlex
 from pathlib import Path
 
+from fleetgate.site import content_root
 from fleetgate.smoke.thresholds import Check, Plan
-from fleetgate.spec.loader import repo_root
 from fleetgate.spec.schema import NodeClass
 
 PROBES_DIR = "/opt/fleetgate/probes"
@@ -26,7 +26,7 @@ CALLER_GRACE_S = 15
 
 
 def role_probes_dir() -> Path:
-    return repo_root() / "roles" / "smoke_probes" / "files" / "probes"
+    return content_root() / "roles" / "smoke_probes" / "files" / "probes"
 
 
 def probe_files(role_dir: Path | None = None) -> dict[str, bytes]:

@@ -6,7 +6,6 @@ sees a class that did not pass through `load_class`.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from fleetgate.errors import BadInput, read_input, validation_error
+from fleetgate.site import current_site
 from fleetgate.spec import matrix
 from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
 
@@ -91,23 +91,10 @@ def load_class(path: Path, *, check_matrix: bool = True) -> NodeClass:
     return nc
 
 
-def repo_root() -> Path:
-    """The checkout fleetgate runs from: $FLEETGATE_HOME, or the nearest parent with inventory/."""
-    env = os.environ.get("FLEETGATE_HOME")
-    if env:
-        return Path(env).resolve()
-    here = Path.cwd().resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "inventory" / "classes").is_dir():
-            return candidate
-    return here
-
-
 def classes_dir() -> Path:
     # A rollout of a new class version verifies the changed hosts against that version: the
-    # same variable points the fleetgate_class vars plugin and the smoke suite at it.
-    override = os.environ.get("FLEETGATE_CLASSES_DIR")
-    return Path(override) if override else repo_root() / "inventory" / "classes"
+    # same variable (FLEETGATE_CLASSES_DIR) points the vars plugin and the smoke suite at it.
+    return current_site().classes_dir
 
 
 def class_files(paths: Iterable[Path]) -> list[Path]:

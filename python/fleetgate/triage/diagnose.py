@@ -11,7 +11,8 @@ from typing import Any
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.runner.inventory import resolve_inventory, validate_limit
-from fleetgate.spec.loader import repo_root, resolve_class
+from fleetgate.site import content_root
+from fleetgate.spec.loader import resolve_class
 from fleetgate.triage import evidence
 from fleetgate.triage.model import Walk
 from fleetgate.triage.walk import uncollected, walk
@@ -86,7 +87,7 @@ def diagnose(inventory: Path, limit: str, *, command_timeout: int = 10,
             stdout[str(data.get("host"))] = evidence.collection_text(
                 (data.get("res") or {}).get("collection"))
 
-    result = ansible.run(inventory=inv, playbook=repo_root() / "playbooks" / "diagnose.yml",
+    result = ansible.run(inventory=inv, playbook=content_root() / "playbooks" / "diagnose.yml",
                          limit=limit, extravars={"triage_command_timeout": command_timeout},
                          on_event=on_event, runs_base=runs_base,
                          timeout=command_timeout * 20 + 180)

@@ -13,7 +13,8 @@ from typing import Any
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory
-from fleetgate.spec.loader import repo_root, resolve_class
+from fleetgate.site import content_root
+from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import ENGINE_PACKAGES, NodeClass
 from fleetgate.triage import evidence
 from fleetgate.triage.drift import HostState
@@ -102,7 +103,7 @@ def read_states(sel: Selection, *, runs_base: Path | None = None
             if isinstance(msg, dict) and isinstance(msg.get("fleetgate_drift"), dict):
                 reports[str(data.get("host"))] = msg["fleetgate_drift"]
 
-    result = ansible.run(inventory=inv, playbook=repo_root() / "playbooks" / "drift.yml",
+    result = ansible.run(inventory=inv, playbook=content_root() / "playbooks" / "drift.yml",
                          limit=limit, extravars={"drift_pinned": pinned}, on_event=on_event,
                          runs_base=runs_base, timeout=900)
     states = []

@@ -28,6 +28,14 @@ options:
     description: Also require every module registered with DKMS on the host.
     type: bool
     default: true
+  build:
+    description:
+      - Build what is missing. With V(false) nothing is built, and a module that is not
+        C(installed) for a kernel is reported with the make.log its last build left, which is
+        how a failed kernel package install names the module without compiling it again
+        (minutes for the NVIDIA module).
+    type: bool
+    default: true
   log_lines:
     description: How many lines of make.log to report on failure.
     type: int
@@ -40,6 +48,11 @@ EXAMPLES = r"""
   fleetgate_dkms:
     kernels: [6.1.0-57-cloud-amd64]
     modules: [{name: vpoll, version: "0.1"}]
+
+- name: Name the module whose build failed the kernel package, without building again
+  fleetgate_dkms:
+    kernels: [6.1.0-57-cloud-amd64]
+    build: false
 """
 
 RETURN = r"""
@@ -90,6 +103,7 @@ def main() -> None:
             "kernels": {"type": "list", "elements": "str", "required": True},
             "modules": {"type": "list", "elements": "dict", "default": []},
             "all_registered": {"type": "bool", "default": True},
+            "build": {"type": "bool", "default": True},
             "log_lines": {"type": "int", "default": 15},
         },
         supports_check_mode=True,
@@ -131,8 +145,17 @@ def main() -> None:
         for k in kernels:
             if status.get((name, version), {}).get(k) == "installed":
                 continue
-            if module.check_mode:
+            if module.check_mode and p["build"]:
                 built.append({"module": name, "version": version, "kernel": k})
+                continue
+            if not p["build"]:
+                state = status.get((name, version), {}).get(k, "absent")
+                failures.append({
+                    "module": name, "version": version, "kernel": k, "rc": None,
+                    "state": state,
+                    "make_log_tail": make_log_tail(name, version, p["log_lines"]),
+                    "dkms_output_tail": f"not installed for {k} (state {state}); not rebuilt",
+                })
                 continue
             inst = run(["dkms", "install", "-m", name, "-v", version, "-k", k],
                        INSTALL_TIMEOUT_S, path=search_path())
@@ -153,6 +176,10 @@ def main() -> None:
     result_status = {f"{n}/{v}": {k: s for k, s in ks.items() if k in kernels}
                      for (n, v), ks in dkms_states(final).items()}
     if failures:
+        # Report mode: a module whose build left its log in build/ is the one that failed; a
+        # module the failed hook never reached comes after it.
+        failures.sort(key=lambda f: f["rc"] is None and not (
+            Path("/var/lib/dkms") / f["module"] / f["version"] / "build" / "make.log").is_file())
         f = failures[0]
         last = [ln for ln in (f["make_log_tail"] or f["dkms_output_tail"]).splitlines()
                 if ln.strip()][-3:]

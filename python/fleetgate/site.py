@@ -1,0 +1,192 @@
+"""Where fleetgate's two kinds of files live: the tool's own content, and the operator's site.
+
+- **Content** (`content_root()`): the Ansible roles, playbooks, plugins and Packer templates
+  fleetgate runs. They come with the tool: the source checkout when fleetgate runs from one,
+  the copy inside the installed wheel otherwise. `FLEETGATE_HOME` points at another copy.
+- **Site** (`current_site()`): the operator's own repository of node classes, plans and
+  inventories, reviewed like any infrastructure code, plus where state and images go. A site is
+  a directory holding `fleetgate.yml`. It is taken from `--site DIR`, else `FLEETGATE_SITE`,
+  else the nearest `fleetgate.yml` from the working directory up. The project's own checkout
+  is one such site (its classes under inventory/classes, its plans under examples/), so the
+  demo and the tests run the way an operator's repository does.
+
+Paths a site names for classes and plans stay inside the site: a reviewed repository cannot
+be pointed at files nobody reviewed. State and images may be anywhere (a CI runner keeps its
+journal on a persistent volume), and each has an environment variable that overrides it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from fleetgate.errors import BadInput, read_input, validation_error
+
+SITE_FILE = "fleetgate.yml"
+SITE_ENV = "FLEETGATE_SITE"
+# The environment variables that override a site's paths, as `--help` names them.
+PATH_ENV = {
+    "site": SITE_ENV,
+    "content": "FLEETGATE_HOME",
+    "classes": "FLEETGATE_CLASSES_DIR",
+    "state": "FLEETGATE_STATE_DIR",
+    "images": "FLEETGATE_IMAGES_DIR",
+    "lab": "FLEETGATE_LAB_DIR",
+}
+
+
+def _relative(value: str) -> str:
+    p = Path(value)
+    if not value or p.is_absolute() or ".." in p.parts:
+        raise ValueError("must be a path inside the site (relative, without '..')")
+    return value
+
+
+def _anywhere(value: str) -> str:
+    if not value or "\x00" in value or any(c in value for c in "\n\r"):
+        raise ValueError("must be a path")
+    return value
+
+
+InsidePath = Annotated[str, AfterValidator(_relative)]
+AnyPath = Annotated[str, AfterValidator(_anywhere)]
+
+
+class SiteConfig(BaseModel):
+    """`fleetgate.yml`: every key optional but `fleetgate`, the file's format version."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleetgate: Literal[1] = Field(description="format version of this file")
+    classes: InsidePath = Field("classes", description="node classes")
+    plans: InsidePath = Field("plans", description="rollout plans")
+    playbooks: list[InsidePath] = Field(
+        default_factory=lambda: ["playbooks"],
+        description="directories a plan may name playbooks from, besides fleetgate's own")
+    inventory: list[InsidePath] = Field(
+        default_factory=list, description="default inventory sources, for commands given no -i")
+    state: AnyPath = Field(".fleetgate", description="journal, leases and run directories")
+    images: AnyPath = Field(".fleetgate/images", description="golden image store")
+
+
+@dataclass(frozen=True)
+class Site:
+    root: Path
+    config: SiteConfig
+
+    @property
+    def file(self) -> Path:
+        return self.root / SITE_FILE
+
+    def _inside(self, rel: str, key: str) -> Path:
+        # Checked again here, not only by the model: a symlink inside the site may lead out.
+        p = (self.root / rel).resolve()
+        if not p.is_relative_to(self.root):
+            raise BadInput(f"{rel} leads outside the site ({p})", source=self.file, field=key)
+        return p
+
+    def _env_or(self, key: str, rel: str) -> Path:
+        env = os.environ.get(PATH_ENV[key])
+        if env:
+            return Path(env).resolve()
+        return (self.root / rel).resolve()
+
+    @property
+    def classes_dir(self) -> Path:
+        env = os.environ.get(PATH_ENV["classes"])
+        return Path(env).resolve() if env else self._inside(self.config.classes, "classes")
+
+    @property
+    def plans_dir(self) -> Path:
+        return self._inside(self.config.plans, "plans")
+
+    @property
+    def playbook_dirs(self) -> list[Path]:
+        return [self._inside(d, "playbooks") for d in self.config.playbooks]
+
+    @property
+    def inventory(self) -> list[Path]:
+        return [self._inside(i, "inventory") for i in self.config.inventory]
+
+    @property
+    def state_dir(self) -> Path:
+        return self._env_or("state", self.config.state)
+
+    @property
+    def images_dir(self) -> Path:
+        return self._env_or("images", self.config.images)
+
+    @property
+    def lab_dir(self) -> Path:
+        env = os.environ.get(PATH_ENV["lab"])
+        return Path(env).resolve() if env else self.state_dir / "lab"
+
+
+def load_site(root: Path) -> Site:
+    path = root / SITE_FILE
+    text = read_input(path)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInput(f"YAML syntax error{where}: {getattr(exc, 'problem', exc)}",
+                       source=path) from None
+    if not isinstance(doc, dict):
+        raise BadInput("must be a mapping of site settings", source=path)
+    try:
+        config = SiteConfig.model_validate(doc)
+    except ValidationError as exc:
+        raise validation_error(exc, path) from None
+    return Site(root.resolve(), config)
+
+
+def content_root() -> Path:
+    """fleetgate's own Ansible content and Packer templates."""
+    env = os.environ.get(PATH_ENV["content"])
+    if env:
+        return Path(env).resolve()
+    package = Path(__file__).resolve().parent
+    checkout = package.parents[1]  # python/fleetgate -> the repository
+    if (checkout / "playbooks" / "node.yml").is_file():
+        return checkout
+    return package / "content"  # the wheel's copy (pyproject: package-data)
+
+
+def find_site_root(start: Path) -> Path | None:
+    for d in (start, *start.parents):
+        if (d / SITE_FILE).is_file():
+            return d
+    return None
+
+
+@cache
+def _site_at(root: Path, _mtime: int) -> Site:
+    return load_site(root)
+
+
+def current_site() -> Site:
+    """The site this command works in (see the module's docstring for the order)."""
+    env = os.environ.get(SITE_ENV)
+    if env:
+        root = Path(env).resolve()
+        if not (root / SITE_FILE).is_file():
+            raise BadInput(f"no {SITE_FILE} there (run `fleetgate init {env}` to make one)",
+                           source=env, field=SITE_ENV + " / --site")
+    else:
+        found = find_site_root(Path.cwd().resolve())
+        if found is None:
+            # Outside any site, the tool's own checkout (its lab and examples) is the site.
+            content = content_root()
+            if not (content / SITE_FILE).is_file():
+                raise BadInput(f"no {SITE_FILE} in {Path.cwd()} or any parent; run "
+                               "`fleetgate init DIR` or pass --site DIR", source=str(Path.cwd()))
+            found = content
+        root = found
+    return _site_at(root, (root / SITE_FILE).stat().st_mtime_ns)
