@@ -160,3 +160,14 @@ def test_plan_class_directories_stay_inside_the_site(site: Path) -> None:
     for rel in ("../site", "/tmp", "plans/none"):
         with pytest.raises(BadInput):
             classes_path(rel)
+
+
+def test_without_i_a_command_takes_the_sites_inventory_or_says_how(site: Path) -> None:
+    (site / "inventory" / "hosts.ini").write_text("[class_lab_cpu]\nh1 ansible_host='a;b'\n")
+    bad = fleetgate("fleet", "ping", cwd=site)  # the site's own file, validated as any -i
+    assert bad.returncode == 2 and str((site / "inventory" / "hosts.ini").resolve()) in bad.stderr
+    assert "hosts.h1.ansible_host" in bad.stderr
+    (site / SITE_FILE).write_text("fleetgate: 1\nclasses: classes\n")
+    none = fleetgate("fleet", "ping", cwd=site)
+    assert none.returncode == 2 and "no inventory: give -i" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from fleetgate.cli.options import InventoryOpt, inventory_sources
 from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.triage.diagnose import DiagnoseRun, diagnose, replay
@@ -44,8 +45,7 @@ def _print_walk(w: Walk) -> None:
     "fleetgate diagnose --from runs/triage-gpu-a03.json --backend nvidia --gpus 8",
 ], "0 clean, 1 a stage found a problem, 4 could not collect or measure, 2 bad input")
 def diagnose_command(
-    inventory: Annotated[Path | None, typer.Option("--inventory", "-i",
-                                                   help="Ansible inventory.")] = None,
+    inventory: InventoryOpt = None,
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="The host (or host pattern) to diagnose.")
                      ] = None,
@@ -68,13 +68,12 @@ def diagnose_command(
             raise BadInput("give either --from or -i/--limit, not both", source="--from")
         run: DiagnoseRun = replay(from_file, backend=backend, gpus=gpus)
     else:
-        if inventory is None or limit is None:
-            raise BadInput("-i INVENTORY and --limit HOST are required (or --from FILE)",
-                           source="diagnose")
+        if limit is None:
+            raise BadInput("--limit HOST is required (or --from FILE)", source="diagnose")
         if backend is not None or gpus is not None:
             raise BadInput("--backend and --gpus only apply to --from; a live host's class "
                            "sets them", source="diagnose")
-        run = diagnose(inventory, limit, command_timeout=command_timeout)
+        run = diagnose(inventory_sources(inventory), limit, command_timeout=command_timeout)
     if as_json:
         print_json({"run_dir": str(run.run_dir) if run.run_dir else None,
                     "exit_code": run.exit_code,

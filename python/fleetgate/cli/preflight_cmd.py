@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
+from fleetgate.cli.options import InventoryOpt, inventory_sources
 from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
 from fleetgate.preflight import load_table, scan_target
 from fleetgate.preflight.model import Artifact, ScanResult
@@ -128,7 +129,7 @@ WARMUP_COLOUR = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     "fleetgate preflight warmup -i inventory.yml --limit lab-c01",
 ])
 def warmup(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Ansible inventory.")],
+    inventory: InventoryOpt = None,
     node_class: Annotated[str | None, typer.Option(
         "--class", help="Only this node class (default: every class in the inventory).")
                           ] = None,
@@ -144,7 +145,7 @@ def warmup(
     """Import the model stack and run a one-batch warm-up through the inference probe on one
     host per class; report cold start and success per class. Exit 0 all pass, 1 a class
     failed, 4 a class could not be measured, 2 bad input."""
-    result = run_warmup(inventory, node_class=node_class, every=every,
+    result = run_warmup(inventory_sources(inventory), node_class=node_class, every=every,
                         stack=parse_stack(imports or []))
     if json_out:
         print_json({"classes": [c.to_dict() for c in result.classes],

@@ -18,12 +18,11 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.runner.inventory import LIMIT_RE, Inventory, resolve_inventory
+from fleetgate.runner.inventory import LIMIT_RE, Inventory, Sources, resolve_inventory
 from fleetgate.smoke import run_smoke
 from fleetgate.smoke.model import CheckResult
 from fleetgate.spec.loader import resolve_class
@@ -178,7 +177,7 @@ def _import_stack(inventory: Inventory, stacks: dict[str, list[str]], hosts_of: 
     return out, ";".join(run_dirs)
 
 
-def warmup(inventory: Path, *, node_class: str | None = None, every: bool = False,
+def warmup(inventory: Sources, *, node_class: str | None = None, every: bool = False,
            stack: list[str] | None = None, forks: int = 20) -> WarmupRun:
     inv = resolve_inventory(inventory)
     if node_class is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.runner.inventory import resolve_inventory, validate_limit
+from fleetgate.runner.inventory import Sources, resolve_inventory, validate_limit
 from fleetgate.site import content_root
 from fleetgate.spec.loader import resolve_class
 from fleetgate.triage import evidence
@@ -66,7 +66,7 @@ def evaluate(host: str, c: evidence.Collection, t: Target) -> Walk:
     return walk(host, ev)
 
 
-def diagnose(inventory: Path, limit: str, *, command_timeout: int = 10,
+def diagnose(inventory: Sources, limit: str, *, command_timeout: int = 10,
              runs_base: Path | None = None) -> DiagnoseRun:
     """Bad input raises BadInput before any host is touched; an unreachable host or a broken
     collector is an inconclusive walk, never an exception."""
