@@ -23,10 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fleetgate.errors import BadInput, read_input, validation_error
+from fleetgate.errors import BadInput
 
 SITE_FILE = "fleetgate.yml"
 SITE_ENV = "FLEETGATE_SITE"
@@ -129,22 +128,10 @@ class Site:
 
 
 def load_site(root: Path) -> Site:
-    path = root / SITE_FILE
-    text = read_input(path)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise BadInput(f"YAML syntax error{where}: {getattr(exc, 'problem', exc)}",
-                       source=path) from None
-    if not isinstance(doc, dict):
-        raise BadInput("must be a mapping of site settings", source=path)
-    try:
-        config = SiteConfig.model_validate(doc)
-    except ValidationError as exc:
-        raise validation_error(exc, path) from None
-    return Site(root.resolve(), config)
+    # spec.loader finds its classes through the site, so its YAML reader is imported here.
+    from fleetgate.spec.loader import load_model
+
+    return Site(root.resolve(), load_model(root / SITE_FILE, SiteConfig, "site file"))
 
 
 def content_root() -> Path:
