@@ -171,3 +171,19 @@ def test_without_i_a_command_takes_the_sites_inventory_or_says_how(site: Path) -
     none = fleetgate("fleet", "ping", cwd=site)
     assert none.returncode == 2 and "no inventory: give -i" in none.stderr
     assert len(none.stderr.strip().splitlines()) == 1
+
+
+def test_a_controller_without_lab_tools_is_told_what_is_missing(tmp_path: Path) -> None:
+    """A controller-only install (no podman, qemu, Packer, ssh-keygen on PATH) runs every
+    controller command; the lab and image builds name the tool they need and stop."""
+    import sys
+
+    env = {"PATH": str(Path(sys.executable).parent), "FLEETGATE_LAB_DIR": str(tmp_path / "lab"),
+           "FLEETGATE_STATE_DIR": str(tmp_path), "FLEETGATE_IMAGES_DIR": str(tmp_path / "img")}
+    lab = fleetgate("lab", "up", "--containers", "1", env=env)
+    image = fleetgate("image", "build", "lab-cpu", env=env)
+    for proc, tool in ((lab, "not found on PATH"), (image, "packer not found on PATH")):
+        assert proc.returncode in (2, 5), proc.stderr
+        assert tool in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "lab" / "state.json").exists()  # no host was started
+    assert fleetgate("spec", "validate", env=env).returncode == 0
