@@ -23,8 +23,11 @@ def fleetgate(
     cwd: Path = REPO,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **(env or {})}
+    # stdin=DEVNULL here and in ssh(): an ssh child sets an inherited stdin non-blocking, and
+    # the xdist worker's stdin is shared by every later Ansible process of the lane.
     proc = subprocess.run([str(FLEETGATE), *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd, check=False)
+                          timeout=timeout, env=full_env, cwd=cwd, check=False,
+                          stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         pytest.fail(f"fleetgate {' '.join(args)} -> {proc.returncode}\n"
                     f"{proc.stdout}\n{proc.stderr}")
@@ -51,7 +54,8 @@ class LabHandle:
         state = load_state(paths.state)
         assert state is not None, f"no lab in {self.root}"
         proc = subprocess.run(ssh_argv(paths, state.host(host).port, command),
-                              capture_output=True, text=True, timeout=30, check=False)
+                              capture_output=True, text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL)
         return proc.stdout
 
 

@@ -90,16 +90,13 @@ class Site:
             raise BadInput(f"{rel} leads outside the site ({p})", source=self.file, field=key)
         return p
 
-    def _env_or(self, key: str, rel: str) -> Path:
+    def _override(self, key: str) -> Path | None:
         env = os.environ.get(PATH_ENV[key])
-        if env:
-            return Path(env).resolve()
-        return (self.root / rel).resolve()
+        return Path(env).resolve() if env else None
 
     @property
     def classes_dir(self) -> Path:
-        env = os.environ.get(PATH_ENV["classes"])
-        return Path(env).resolve() if env else self._inside(self.config.classes, "classes")
+        return self._override("classes") or self._inside(self.config.classes, "classes")
 
     @property
     def plans_dir(self) -> Path:
@@ -115,16 +112,15 @@ class Site:
 
     @property
     def state_dir(self) -> Path:
-        return self._env_or("state", self.config.state)
+        return self._override("state") or (self.root / self.config.state).resolve()
 
     @property
     def images_dir(self) -> Path:
-        return self._env_or("images", self.config.images)
+        return self._override("images") or (self.root / self.config.images).resolve()
 
     @property
     def lab_dir(self) -> Path:
-        env = os.environ.get(PATH_ENV["lab"])
-        return Path(env).resolve() if env else self.state_dir / "lab"
+        return self._override("lab") or self.state_dir / "lab"
 
 
 def load_site(root: Path) -> Site:
@@ -144,6 +140,15 @@ def content_root() -> Path:
     if (checkout / "playbooks" / "node.yml").is_file():
         return checkout
     return package / "content"  # the wheel's copy (pyproject: package-data)
+
+
+def content_env() -> dict[str, str]:
+    """What every Ansible process fleetgate starts (runner, ansible-inventory, Packer's
+    provisioner) must see: fleetgate's ansible.cfg and the site's node classes, which the
+    fleetgate_class vars plugin loads."""
+    root = content_root()
+    return {"FLEETGATE_HOME": str(root), "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir)}
 
 
 def find_site_root(start: Path) -> Path | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.lab.fleet import wait_for_ssh
 from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import load_state
@@ -61,7 +62,7 @@ class Vm:
         return state.hosts[0]
 
     def ssh(self, command: str, *, stdin: bytes | None = None, check: bool = True) -> str:
-        proc = subprocess.run(ssh_argv(self.paths, self.host.port, command), input=stdin,
+        proc = subprocess.run(ssh_argv(self.paths, self.host.port, command), input=stdin or b"",
                               capture_output=True, timeout=600, check=False)
         if check and proc.returncode != 0:
             pytest.fail(f"{command!r} -> {proc.returncode}: {proc.stderr.decode()}")
@@ -79,6 +80,12 @@ class Vm:
     def boots(self) -> list[dict[str, Any]]:
         log = self.paths.host_dir(self.host.name) / "boots.jsonl"
         return [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "boot"]
+
+    def reboot(self) -> None:
+        before = len(self.boots())
+        self.ssh("systemctl reboot", check=False)
+        wait_for_ssh(self.paths, self.host, 600)
+        assert len(self.boots()) == before + 1
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +167,10 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     failure = json.loads(vm.ssh("cat /etc/fleetgate/last-failure.json"))
     assert failure["kept"] == OLD and "fgbroken" in failure["reason"]
     assert len(vm.boots()) == boots_before, "the host must not have rebooted"
-    # The lab VM's supervisor boots what /vmlinuz names on the guest disk, as GRUB's default
-    # entry would (lab/vm_supervisor.py), so this is the kernel its next boot gets; the next
-    # tests reboot it for real.
     assert vm.ssh("readlink /vmlinuz") == f"boot/vmlinuz-{OLD}"
     assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
         "", "unknown ok not-installed", "deinstall ok config-files")
+    # And it really still boots the old kernel.
+    vm.reboot()
+    assert vm.ssh("uname -r") == OLD
     vm.ssh("dkms remove fgbroken/1.0 --all && rm -rf /usr/src/fgbroken-1.0")

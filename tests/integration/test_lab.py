@@ -51,7 +51,8 @@ def test_every_host_answers_ansible_ping(lab: Lab) -> None:
 def test_inventory_is_standard_ansible(lab: Lab) -> None:
     ansible_inventory = Path(sys.executable).parent / "ansible-inventory"
     out = subprocess.run([str(ansible_inventory), "-i", lab.inventory, "--list"],
-                         capture_output=True, text=True, check=True, timeout=60)
+                         capture_output=True, text=True, check=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
     inv = json.loads(out.stdout)
     assert len(inv["class_lab_cpu"]["hosts"]) == N_CONTAINERS
     assert inv["class_lab_vm"]["hosts"] == ["lab-v01"]

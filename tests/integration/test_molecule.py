@@ -26,7 +26,8 @@ def run_molecule(scenario: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '')}", "NO_COLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0", "FLEETGATE_HOME": str(REPO)}
     return subprocess.run([str(bindir / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=3600, check=False)
+                          capture_output=True, text=True, timeout=3600, check=False,
+                          stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -62,7 +62,7 @@ def test_gpu_driver_scenario_on_the_built_image(golden: GoldenImages, image: str
     proc = subprocess.run([str(VENV_BIN / "molecule"), "test", "-s", "gpu_driver",
                            "--no-command-borders"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=2400,
-                          check=False)
+                          check=False, stdin=subprocess.DEVNULL)
     out = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, out[-6000:]
     assert "idempotence: Executed: Successful" in out or "Idempotence completed" in out, \

@@ -82,7 +82,8 @@ class Lab(LabHandle):
     def popen(self, *args: str) -> subprocess.Popen[str]:
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **self.env}
         return subprocess.Popen([str(FLEETGATE), "rollout", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                                stdin=subprocess.DEVNULL)
 
     def applies(self, host: str, stamp: str) -> int:
         out = self.ssh(host, f"cat {APPLIES_LOG} 2>/dev/null || true")

@@ -256,3 +256,24 @@ def test_the_failing_source_is_named_and_every_problem_counted(tmp_path: Path) -
         resolve_inventory(two)
     assert exc.value.field == "hosts.a.ansible_port" and exc.value.reason.endswith(
         "(and 2 more)")
+
+
+def test_a_non_blocking_stdin_does_not_stop_the_inventory(tmp_path: Path) -> None:
+    """ssh leaves the stdin it inherits non-blocking, and Ansible refuses to start on one: a
+    CI job (or a pytest-xdist lane) that ran ssh before must still resolve its inventory."""
+    import os
+    import subprocess
+    import sys
+
+    ini = tmp_path / "h.ini"
+    ini.write_text("[class_lab_cpu]\nh1 ansible_host=10.0.0.1\n")
+    script = ("import fcntl, os, sys\n"
+              "fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_NONBLOCK)\n"
+              "from pathlib import Path\n"
+              "from fleetgate.runner.inventory import resolve_inventory\n"
+              "print(resolve_inventory(Path(sys.argv[1])).hosts)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(ini)], stdin=subprocess.PIPE,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "FLEETGATE_HOME": str(REPO)}, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "h1" in proc.stdout

@@ -45,7 +45,7 @@ from fleetgate.image.provenance import (
 from fleetgate.image.qemu_base import QemuBase, make_qemu_base
 from fleetgate.image.vendor import build_repo
 from fleetgate.runner.ansible import state_dir
-from fleetgate.site import content_root, current_site
+from fleetgate.site import content_env, content_root
 from fleetgate.spec.derive import packer_vars
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
@@ -132,8 +132,7 @@ def _packer_env(extra: dict[str, str], work: Path) -> dict[str, str]:
         "PACKER_TMP_DIR": str(work / "packer-tmp"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"),
         "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-        "FLEETGATE_HOME": str(content_root()),
-        "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
+        **content_env(),
         **extra,
     }
 

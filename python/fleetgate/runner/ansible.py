@@ -22,7 +22,7 @@ from typing import Any, Literal
 import ansible_runner
 
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
-from fleetgate.site import content_root, current_site
+from fleetgate.site import content_env, content_root, current_site
 
 HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
 SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.IGNORECASE)
@@ -81,14 +81,11 @@ def _env(forks: int) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_TIMEOUT": "15",
-        # The checkout's ansible.cfg (roles, the fleetgate_class vars plugin) applies to every
-        # run, whatever directory ansible-runner starts Ansible in.
-        "ANSIBLE_CONFIG": str(content_root() / "ansible.cfg"),
+        # fleetgate's ansible.cfg (roles, the fleetgate_class vars plugin) applies to every
+        # run, whatever directory ansible-runner starts Ansible in; a rollout of a new class
+        # version overrides the classes through `env`.
+        **content_env(),
         "ANSIBLE_ROLES_PATH": str(content_root() / "roles"),
-        # The vars plugin loads each host's node class from the site's classes (a rollout of a
-        # new class version overrides this through `env`).
-        "FLEETGATE_HOME": str(content_root()),
-        "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
         "ANSIBLE_STDOUT_CALLBACK": "default",
         # Short socket paths: ControlPath must fit in sun_path (108 bytes).
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(state_dir() / "cp"),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
-from fleetgate.site import content_root, current_site
+from fleetgate.site import content_env
 from fleetgate.spec.schema import CLASS_NAME_RE
 
 # Host names reach command lines (--limit, --hosts=ansible://HOST) and file names.
@@ -120,12 +120,9 @@ def ansible_env() -> dict[str, str]:
     """The environment for Ansible's own command-line tools: fleetgate's content (its
     ansible.cfg, roles, vars plugin) and the site's node classes, which the vars plugin reads."""
     bindir = str(Path(sys.executable).parent)
-    root = content_root()
     return {**os.environ,
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "FLEETGATE_HOME": str(root),
-            "FLEETGATE_CLASSES_DIR": str(current_site().classes_dir),
-            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            **content_env(),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1",
             "PYTHONDONTWRITEBYTECODE": "1"}
@@ -326,7 +323,10 @@ def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) 
     # Ansible only warns about a source it cannot parse and carries on without its hosts.
     env = {**ansible_env(), "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
     try:
+        # No stdin: Ansible refuses to start when the stdin it inherits is non-blocking (a CI
+        # runner's, or one an ssh left so), and it never needs to read it here.
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL,
                               env=env, check=False)
     except subprocess.TimeoutExpired:
         raise BadInput(f"ansible-inventory did not answer in {RESOLVE_TIMEOUT_S}s",

@@ -81,8 +81,11 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
         env = ansible_env()
         if classes is not None:  # the suite judges the host against this class version
             env["FLEETGATE_CLASSES_DIR"] = str(classes)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=run_dir, start_new_session=True)
+        # No stdin, as for ansible-inventory (runner/inventory.py): testinfra's Ansible
+        # backend refuses a non-blocking one.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=run_dir,
+                                start_new_session=True)
         try:
             rc = proc.wait(timeout=budget_s)
         except subprocess.TimeoutExpired:

@@ -32,9 +32,11 @@ def run(
     input_text: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     try:
+        # Never the caller's stdin: ssh sets the stdin it inherits non-blocking (and leaves it
+        # so when killed), after which every Ansible process sharing it refuses to start.
         proc = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, env=env,
-            input=input_text, check=False,
+            input=input_text if input_text is not None else "", check=False,
         )
     except subprocess.TimeoutExpired:
         raise ToolError(f"timed out after {timeout:.0f}s", source=argv[0],
