@@ -202,3 +202,23 @@ def test_torch_inference_glue_matches_the_cpu_checksum(probes: dict[str, Any]) -
     assert len(m["per_device"]) == 3 and m["deterministic"] is True and m["batches"] == 20
     assert abs(m["checksum"] - expect.checksum) <= expect.rtol * m["checksum_scale"]
     assert m["p99_ms"] == max(d["p99_ms"] for d in m["per_device"])
+
+
+def test_cpu_gemm_shrinks_its_blocks_to_keep_every_repeat_before_the_deadline(
+        probes: dict[str, Any]) -> None:
+    # A throttled host: the deadline leaves room for far fewer than `repeats` full blocks.
+    # The probe must come back with every repeat (shorter blocks), not with one or two.
+    class Tight(Ctx):
+        def __init__(self, **args: Any) -> None:
+            super().__init__(**args)
+            self.deadline = time.monotonic() + 3.5
+
+        def remaining(self) -> float:
+            return max(0.1, self.deadline - time.monotonic())
+
+    ctx = Tight(dtype="fp32", size=96, min_time=1.0, repeats=5, warmup=0)
+    m = probes["gemm"].cpu_gemm(ctx)
+    assert len(m["samples"]) == 5, ctx.evidence
+    assert "repeats_cut_by_deadline" not in ctx.evidence
+    assert ctx.evidence["iterations_cut_by_deadline"] > 0
+    assert m["correct"] is True and all(s > 0 for s in m["samples"])

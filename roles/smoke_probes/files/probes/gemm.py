@@ -86,10 +86,20 @@ def cpu_gemm(ctx: Context) -> dict[str, Any]:
     samples = [tflops(n, 1, one)] if iterations == 1 else []
     block = one * iterations
     while len(samples) < args.repeats:
-        # A degraded host must come out measured-slow, not timed-out: stop repeating when the
-        # next block would not fit the deadline (at least one sample is always taken).
+        # A degraded host must come out measured-slow, not timed-out, and with enough samples
+        # for the judge to tell: when the remaining repeats would not fit the deadline, the
+        # blocks shrink (TFLOPS is per iteration, so a shorter block is still a sample). Only
+        # when even one-iteration blocks cannot fit are repeats dropped.
+        left = args.repeats - len(samples)
+        budget = (ctx.remaining() - 2) / (1.5 * left)
+        if block > budget and iterations > 1:
+            per_iter = block / iterations
+            fewer = max(1, int(budget / per_iter))
+            if fewer < iterations:
+                ctx.evidence["iterations_cut_by_deadline"] = iterations - fewer
+                iterations, block = fewer, per_iter * fewer
         if samples and ctx.remaining() < block * 1.5 + 2:
-            ctx.evidence["repeats_cut_by_deadline"] = args.repeats - len(samples)
+            ctx.evidence["repeats_cut_by_deadline"] = left
             break
         ctx.phase(f"numpy matmul {n}^3 fp32: repeat {len(samples) + 1}/{args.repeats}, "
                   f"{iterations} iters")
