@@ -35,17 +35,18 @@ from typing import Any
 
 import numpy as np
 
-# scipy ships no type information (scipy-stubs is not in the lock); unused-ignore keeps this
-# line clean once it is.
-from scipy.stats import (  # type: ignore[import-untyped, unused-ignore]
-    binomtest,
-    levene,
-    mannwhitneyu,
-    norm,
-)
-
 from fleetgate.judge import relative
 from fleetgate.judge.model import CanaryMetric, JudgeSettings, MetricVerdict, Mode
+
+
+def _stats() -> Any:
+    """scipy.stats, imported when a comparison first needs it: it is a second of start-up that
+    every other fleetgate command (and every CLI call a test makes) would otherwise pay."""
+    # scipy ships no type information (scipy-stubs is not in the lock); unused-ignore keeps
+    # this line clean once it is.
+    import scipy.stats  # type: ignore[import-untyped, unused-ignore]
+
+    return scipy.stats
 
 
 def pct(x: float) -> str:
@@ -63,7 +64,7 @@ def shift_interval(c: np.ndarray[Any, Any], b: np.ndarray[Any, Any], alpha: floa
     normal approximation of U's distribution (Lehmann 1975, ch. 2)."""
     d = np.sort(np.subtract.outer(c, b), axis=None)
     nc, nb = len(c), len(b)
-    z = float(norm.ppf(1 - alpha))
+    z = float(_stats().norm.ppf(1 - alpha))
     k = math.floor(nc * nb / 2 - z * math.sqrt(nc * nb * (nc + nb + 1) / 12))
     k = min(max(k, 0), len(d) - 1)
     return float(d[k]), float(d[len(d) - 1 - k])
@@ -132,7 +133,7 @@ def _location_and_spread(metric: CanaryMetric, s: JudgeSettings, b: np.ndarray[A
     higher = metric.direction == "higher"
     # x=canary: "less" asks whether the canary is stochastically smaller, i.e. worse when
     # higher is better; "greater" is worse for latencies.
-    res = mannwhitneyu(c, b, alternative="less" if higher else "greater")
+    res = _stats().mannwhitneyu(c, b, alternative="less" if higher else "greater")
     u, p = float(res.statistic), float(res.pvalue)
     worse_by = -rel if higher else rel
     worst = -ci[0] if higher else ci[1]
@@ -175,7 +176,7 @@ def _spread(metric: CanaryMetric, s: JudgeSettings, b: np.ndarray[Any, Any],
         record.update(spread_ratio=1.0, spread_p=1.0)
         return False, ""
     ratio = dev_c / dev_b if dev_b > 0 else math.inf
-    w, p_two = (float(x) for x in levene(c, b, center="median"))
+    w, p_two = (float(x) for x in _stats().levene(c, b, center="median"))
     # Two groups: W is the square of the t statistic on absolute deviations, so halving the
     # two-sided p gives the one-sided "canary wider" test.
     p = p_two / 2 if dev_c > dev_b else 1 - p_two / 2
@@ -204,7 +205,7 @@ def _counts(metric: CanaryMetric, s: JudgeSettings, base: list[float], can: list
         record["count_p"] = 1.0
         return MetricVerdict(outcome="pass", reason=f"no events on either side ({nc} {new}, "
                              f"{nb} {ref} samples)", **record)
-    p = float(binomtest(kc, kc + kb, nc / (nc + nb), alternative="greater").pvalue)
+    p = float(_stats().binomtest(kc, kc + kb, nc / (nc + nb), alternative="greater").pvalue)
     record["count_p"] = p
     rate_c, rate_b = kc / nc, kb / nb
     text = f"{kc} event(s) in {nc} {new} samples vs {kb} in {nb} {ref} samples"
