@@ -70,6 +70,8 @@ SLOW_FIRST = (
     "integration/test_image.py",
     "integration/test_nvidia_dkms.py",
     "integration/test_smoke.py",
+    "integration/test_slurm_drain.py",
+    "integration/test_bad_inputs.py",
     "integration/test_bad_blas.py",
     "integration/test_triage.py",
     "integration/test_lab.py",

@@ -12,6 +12,12 @@ So it is standard library only and runs on the hosts' system Python (3.9 or newe
 parser takes the tool's text and returns dicts/lists of str, int, float, bool and None; a text
 it cannot make sense of raises ParseError with a one-line reason, never a traceback.
 
+Every number a parser returns is finite and possible (check_values): counters, sizes, rates
+and durations are >= 0, temperatures within what a sensor can read, memory used within the
+total. An impossible reading is refused with the field named: a negative SRAM count must not
+cancel a real DRAM uncorrectable error in a sum, and NaN is not even valid JSON downstream.
+JSON input is read strictly (loads_json): no NaN/Infinity, bounded nesting.
+
 Field renames across driver versions are folded here, in one place:
 - nvidia-smi XML schema v10..v13: `clocks_throttle_reasons` became `clocks_event_reasons`
   (driver 535); ECC `single_bit`/`double_bit` totals became `sram_*`/`dram_*` counters; v13
@@ -25,10 +31,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "FATAL_XIDS",
@@ -37,9 +44,11 @@ __all__ = [
     "NVIDIA_IDENTITY_QUERY",
     "XID_TABLE",
     "ParseError",
+    "check_values",
     "cpu_model_name",
     "fingerprint_fields",
     "gpu_identities",
+    "loads_json",
     "parse",
     "parse_all_reduce_perf",
     "parse_amd_smi_json",
@@ -56,7 +65,15 @@ __all__ = [
     "parse_rocminfo",
 ]
 
+T = TypeVar("T")
+
 MAX_INPUT_CHARS = 20_000_000  # a 64-GPU nvidia-smi -q -x is ~1.5 MB; anything far larger is not one
+# No tool output we read nests deeper than ~6 levels; a deeper document is not one of them,
+# and would overflow the stack of anything recursive that touches it.
+MAX_JSON_DEPTH = 64
+# The rated range of on-die and board thermal sensors (-55..150 C): outside it a reading is a
+# broken sensor or a misread field, not the weather.
+TEMPERATURE_C = (-55.0, 150.0)
 
 
 class ParseError(ValueError):
@@ -125,6 +142,89 @@ def _pci_id(device_id: str | None) -> str | None:
 def _check_size(text: str) -> None:
     if len(text) > MAX_INPUT_CHARS:
         raise ParseError(f"input is {len(text)} characters, more than any tool output we parse")
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999 parses as inf
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def _too_deep(doc: Any, limit: int) -> bool:
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node \
+            if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
+def loads_json(text: str, what: str) -> Any:
+    """Strict JSON (RFC 8259): NaN, Infinity and numbers that overflow to infinity are
+    refused, and so is nesting deeper than MAX_JSON_DEPTH; errors are ParseError."""
+    try:
+        doc = json.loads(text, parse_constant=_json_constant, parse_float=_json_float)
+    except RecursionError:
+        raise ParseError(f"{what}: JSON nested too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise ParseError(f"{what}: invalid JSON: {exc}") from None
+    if _too_deep(doc, MAX_JSON_DEPTH):
+        raise ParseError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return doc
+
+
+def _is_temperature(key: str) -> bool:
+    return key.endswith("_c")
+
+
+def check_values(doc: T, *, percent: frozenset[str] = frozenset(),
+                 temperature: Callable[[str], bool] = _is_temperature, where: str = "") -> T:
+    """`doc` itself if every number in it is possible for the key it sits under; else
+    ParseError naming the field. Every number must be finite; by key, temperatures lie in
+    TEMPERATURE_C, `percent` keys in 0..100, and every other number (a count, size, rate,
+    power or duration) is >= 0: no value these parsers return can be negative."""
+    stack: list[tuple[str, str, Any]] = [(where, "", doc)]
+    while stack:
+        path, key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}" if path
+                          else str(k), str(k), v) for k, v in reversed(list(value.items())))
+            continue
+        if isinstance(value, list):
+            stack.extend((f"{path}[{i}]", key, v) for i, v in reversed(list(enumerate(value))))
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        field = path or "(value)"
+        if isinstance(value, float) and not math.isfinite(value):  # ints always are
+            raise ParseError(f"{field}: {value} is not a finite number")
+        if temperature(key):
+            low, high = TEMPERATURE_C
+            if not low <= value <= high:
+                raise ParseError(f"{field}: {value} C is outside what a temperature sensor "
+                                 f"reads ({low:g}..{high:g} C)")
+        elif key in percent:
+            if not 0 <= value <= 100:
+                raise ParseError(f"{field}: {value}% is not a percentage (0..100)")
+        elif value < 0:
+            raise ParseError(f"{field}: {value} is negative; a count, size, rate or duration "
+                             "cannot be")
+    return doc
+
+
+def _within(used: Any, total: Any, field: str, total_field: str) -> None:
+    if isinstance(used, (int, float)) and isinstance(total, (int, float)) and used > total:
+        raise ParseError(f"{field}: {used} is more than {total_field} {total}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,6 +344,7 @@ def _gpu(index: int, gpu: ET.Element) -> dict[str, Any]:
         "persistence_mode": _flag(_text(gpu, "persistence_mode")),
         "performance_state": _clean(_text(gpu, "performance_state")),
         "memory_total_mib": _int(_text(gpu, "fb_memory_usage/total")),
+        "memory_used_mib": _int(_text(gpu, "fb_memory_usage/used")),
         "temperature_c": _int(_text(gpu, "temperature/gpu_temp")),
         "power_draw_w": _float(_text(power, "power_draw") or _text(power, "instant_power_draw")),
         "power_limit_w": _float(_text(power, "current_power_limit")
@@ -301,7 +402,10 @@ def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
         raise ParseError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
     dtd = re.search(r"nvsmi_device_(v\d+)\.dtd", text[:500])
     gpus = [_gpu(i, g) for i, g in enumerate(root.findall("gpu"))]
-    return {
+    for g in gpus:
+        _within(g["memory_used_mib"], g["memory_total_mib"],
+                f"gpus[{g['index']}].memory_used_mib", "memory_total_mib")
+    return check_values({
         "schema": dtd.group(1) if dtd else None,
         "timestamp": _clean(_text(root, "timestamp")),
         "driver_version": _clean(_text(root, "driver_version")),
@@ -309,7 +413,7 @@ def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
         "attached_gpus": _int(_text(root, "attached_gpus")),
         "gpu_count": len(gpus),
         "gpus": gpus,
-    }
+    })
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +451,7 @@ def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
             else:
                 rec[key] = _clean(value)
         out.append(rec)
-    return out
+    return check_values(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,13 +559,13 @@ def parse_kernel_log(text: str) -> dict[str, Any]:
                 events.append({"kind": kind, "severity": severity, "line": line.strip()[:300]})
                 break
     fatal_xids = sorted({x["xid"] for x in xids if x["severity"] == "fatal"})
-    return {
+    return check_values({
         "xid_count": len(xids),
         "xids": xids[-100:],  # a flapping GPU logs thousands; the last hundred tell the story
         "fatal_xids": fatal_xids,
         "events": events[-100:],
         "fatal_events": sorted({e["kind"] for e in events if e["severity"] == "fatal"}),
-    }
+    })
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,10 +577,7 @@ def _json_document(text: str, what: str) -> Any:
     start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
     if start < 0:
         raise ParseError(f"no JSON document in {what} output")
-    try:
-        return json.loads(text[start:])
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"{what}: invalid JSON: {exc}") from None
+    return loads_json(text[start:], what)
 
 
 def _amd_pci_id(vendor: Any, device: Any) -> str | None:
@@ -542,8 +643,8 @@ def parse_amd_smi_json(text: str) -> dict[str, Any]:
             else None,
         })
     drivers = {g["driver_version"] for g in gpus if g["driver_version"]}
-    return {"gpu_count": len(gpus), "gpus": gpus,
-            "driver_version": drivers.pop() if len(drivers) == 1 else None}
+    return check_values({"gpu_count": len(gpus), "gpus": gpus,
+            "driver_version": drivers.pop() if len(drivers) == 1 else None})
 
 
 def _first(entry: dict[str, Any], *keys: str) -> Any:
@@ -580,6 +681,7 @@ def parse_rocm_smi_json(text: str) -> dict[str, Any]:
             "vbios_version": _first(e, "VBIOS version"),
             "gfx_version": _first(e, "GFX Version"),
             "vram_total_bytes": _num(_first(e, "VRAM Total Memory (B)")),
+            "vram_used_bytes": _num(_first(e, "VRAM Total Used Memory (B)")),
             "temperature_junction_c": _num(_first(e, "Temperature (Sensor junction) (C)")),
             "power_average_w": _num(_first(e, "Average Graphics Package Power (W)",
                                            "Current Socket Graphics Package Power (W)")),
@@ -587,9 +689,12 @@ def parse_rocm_smi_json(text: str) -> dict[str, Any]:
             "pcie_replay_count": _num(_first(e, "PCIe Replay Count")),
             "performance_level": _first(e, "Performance Level"),
         })
+    for g in gpus:
+        _within(g["vram_used_bytes"], g["vram_total_bytes"],
+                f"gpus[{g['index']}].vram_used_bytes", "vram_total_bytes")
     system: dict[str, Any] = doc["system"] if isinstance(doc.get("system"), dict) else {}
-    return {"driver_version": _first(system, "Driver version"), "gpu_count": len(gpus),
-            "gpus": gpus}
+    return check_values({"driver_version": _first(system, "Driver version"),
+                         "gpu_count": len(gpus), "gpus": gpus})
 
 
 def parse_rocminfo(text: str) -> dict[str, Any]:
@@ -608,13 +713,13 @@ def parse_rocminfo(text: str) -> dict[str, Any]:
     if not agents:
         raise ParseError("no 'Agent N' sections (is this rocminfo output?)")
     gpus = [a for a in agents if a.get("Device Type", "").upper() == "GPU"]
-    return {
+    return check_values({
         "agent_count": len(agents),
         "gpu_agent_count": len(gpus),
         "gpu_agents": [{"name": a.get("Name"), "marketing_name": a.get("Marketing Name"),
                         "compute_units": _int(a.get("Compute Unit")), "uuid": a.get("Uuid")}
                        for a in gpus],
-    }
+    })
 
 
 # --------------------------------------------------------------------------------------------
@@ -626,10 +731,7 @@ def parse_lscpu(text: str) -> dict[str, Any]:
     fields: dict[str, str] = {}
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        try:
-            doc = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise ParseError(f"lscpu --json: invalid JSON: {exc}") from None
+        doc = loads_json(stripped, "lscpu --json")
 
         def walk(items: Any) -> None:
             for item in items if isinstance(items, list) else []:
@@ -647,7 +749,7 @@ def parse_lscpu(text: str) -> dict[str, Any]:
     if "Architecture" not in fields and "CPU(s)" not in fields:
         raise ParseError("no Architecture or CPU(s) field (is this lscpu output?)")
     flags = fields.get("Flags", "").split()
-    return {
+    return check_values({
         "architecture": fields.get("Architecture"),
         "cpus": _int(fields.get("CPU(s)")),
         "online": fields.get("On-line CPU(s) list"),
@@ -660,7 +762,7 @@ def parse_lscpu(text: str) -> dict[str, Any]:
         "hypervisor": fields.get("Hypervisor vendor"),
         "simd": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile",
                              "asimd", "sve") if f in flags],
-    }
+    })
 
 
 def parse_cpuinfo(text: str) -> dict[str, Any]:
@@ -680,7 +782,7 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
             models[name] = models.get(name, 0) + 1
     if processors == 0:
         raise ParseError("no 'processor' lines (is this /proc/cpuinfo?)")
-    return {"processors": processors, "models": models}
+    return check_values({"processors": processors, "models": models})
 
 
 # Where /proc/cpuinfo names the CPU, most specific first: x86, old arm ("Hardware" is the SoC,
@@ -731,7 +833,7 @@ def parse_dkms_status(text: str, *, strict: bool = True) -> list[dict[str, Any]]
             "kernel": m.group("kernel"), "arch": m.group("arch"), "state": m.group("state"),
             "warnings": re.findall(r"\(([^)]*)\)", rest),
         })
-    return out
+    return check_values(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -772,12 +874,12 @@ def parse_all_reduce_perf(text: str) -> dict[str, Any]:
             continue
     if not rows:
         raise ParseError("no all_reduce_perf result rows (size count type redop root ...)")
-    avg = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", text)
+    avg = re.search(r"Avg bus bandwidth\s*:\s*(\d+(?:\.\d+)?)", text)
     ranks = re.findall(r"^#\s+Rank\s+\d+", text, re.MULTILINE)
     largest = max(rows, key=lambda r: r["size_bytes"])
     wrong_values = [h["wrong"] for r in rows for h in (r["out_of_place"], r["in_place"])]
     checked = [w for w in wrong_values if w is not None]
-    return {
+    return check_values({
         "rows": rows,
         "ranks": len(ranks) or None,
         "largest_size_bytes": largest["size_bytes"],
@@ -790,7 +892,7 @@ def parse_all_reduce_perf(text: str) -> dict[str, Any]:
         "wrong": sum(checked) if checked else None,
         "checked": bool(checked),
         "avg_busbw_reported_gbps": float(avg.group(1)) if avg else None,
-    }
+    })
 
 
 # --------------------------------------------------------------------------------------------
@@ -816,9 +918,9 @@ def parse_nvidia_container_cli_info(text: str) -> dict[str, Any]:
                         "architecture": _field(block, "Architecture")})
     if nvrm is None and not devices:
         raise ParseError("no 'NVRM version' and no 'Device Index' (nvidia-container-cli info?)")
-    return {"nvrm_version": nvrm.group(1) if nvrm else None,
+    return check_values({"nvrm_version": nvrm.group(1) if nvrm else None,
             "cuda_version": cuda.group(1) if cuda else None,
-            "device_count": len(devices), "devices": devices}
+            "device_count": len(devices), "devices": devices})
 
 
 def parse_cdi_list(text: str) -> dict[str, Any]:
@@ -826,7 +928,7 @@ def parse_cdi_list(text: str) -> dict[str, Any]:
     _check_size(text)
     names = re.findall(r"(?m)^\s*((?:[\w.-]+/)?[\w.-]+\.\w+/gpu=\S+)\s*$", text)
     indexed = sorted({n for n in names if re.search(r"=\d+$", n)})
-    return {"devices": names, "gpu_count": len(indexed), "gpus": indexed}
+    return check_values({"devices": names, "gpu_count": len(indexed), "gpus": indexed})
 
 
 # --------------------------------------------------------------------------------------------

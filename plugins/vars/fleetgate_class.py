@@ -64,23 +64,24 @@ class VarsModule(BaseVarsPlugin):
             entities = [entities]
         out: dict[str, Any] = {}
         for entity in entities:
-            name = None
+            name, who = None, ""
             if isinstance(entity, Group) and entity.name.startswith("class_"):
-                name = entity.name.removeprefix("class_").replace("_", "-")
+                name, who = entity.name.removeprefix("class_").replace("_", "-"), "group"
             elif isinstance(entity, Host):
-                name = entity.vars.get("fleetgate_class")
+                name, who = entity.vars.get("fleetgate_class"), "host"
             if name:
-                out.update(self._load(str(name)))
+                out.update(self._load(str(name), f"{who} {entity.name}"))
         return out
 
-    def _load(self, name: str) -> dict[str, Any]:
-        # The name becomes a path: only a class name may (no '/', no '..').
+    def _load(self, name: str, who: str) -> dict[str, Any]:
+        # The name becomes a path: only a class name may (no '/', no '..'), so no class file
+        # outside the classes directory is ever read.
         if not re.fullmatch(CLASS_NAME_RE, name):
-            raise AnsibleError(f"fleetgate_class {name!r} is not a node class name "
+            raise AnsibleError(f"{who}: fleetgate_class {name!r} is not a node class name "
                                f"({CLASS_NAME_RE})")
         path = _classes_dir() / f"{name}.yml"
         if not path.exists():
-            raise AnsibleError(f"{path}: no node class named {name!r}")
+            raise AnsibleError(f"{who}: {path}: no node class named {name!r}")
         key = (str(path), path.stat().st_mtime)
         if key not in _CACHE:
             try:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
+
+    M = TypeVar("M", bound=BaseModel)
 
 
 class FleetgateError(Exception):
@@ -60,7 +62,7 @@ def field_path(loc: Iterable[int | str]) -> str:
             out += f"[{part}]"
         else:
             # An unknown key is user input: quote anything odd so the line stays one line.
-            text = part if _PLAIN_KEY_RE.fullmatch(part) else repr(part)
+            text = part if _PLAIN_KEY_RE.fullmatch(part) else _short(part)
             out += f".{text}" if out else text
     return out or "(top level)"
 
@@ -76,8 +78,14 @@ def pydantic_reason(err: Any) -> str:
         hint = " (quote version strings in YAML)" if got in ("float", "int") else ""
         return f"{msg}, got {got}{hint}"
     if err["type"] == "string_pattern_mismatch":
-        return f"value {err['input']!r} is not allowed: {msg}"
+        return f"value {_short(err['input'])} is not allowed: {msg}"
     return msg
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value as it appears in an error line: repr'd (so control characters show), capped."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def validation_error(exc: ValidationError, source: str | Path, *, prefix: str = "",
@@ -97,12 +105,21 @@ def validation_error(exc: ValidationError, source: str | Path, *, prefix: str = 
     return BadInput(f"{what}: {reason}" if what else reason, source=source, field=field)
 
 
-def read_input(path: Path) -> str:
-    """The text of an input file; missing, not a regular file, or unreadable is BadInput."""
+def validated(model: type[M], data: Any, source: str | Path, *, prefix: str = "",
+              what: str = "") -> M:
+    """`model.model_validate(data)`, or its ValidationError as one BadInput line (see
+    validation_error): the one call for any document read from a file, so no raw pydantic
+    dump reaches an operator."""
+    from pydantic import ValidationError  # lazily: this module is imported by every command
+
     try:
-        if not path.is_file():
-            raise BadInput("no such file" if not path.exists() else "not a regular file",
-                           source=path)
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", source=path) from None
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, source, prefix=prefix, what=what) from None
+
+
+def read_input(path: Path) -> str:
+    """The text of an input file (see fleetgate.inputs.read_input: regular files only)."""
+    from fleetgate.inputs import read_input as read  # inputs imports this module
+
+    return read(path)

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from fleetgate.errors import BadInput
 
@@ -57,6 +57,27 @@ InsidePath = Annotated[str, AfterValidator(_relative)]
 AnyPath = Annotated[str, AfterValidator(_anywhere)]
 
 
+class SecurityConfig(BaseModel):
+    """`security:` who may vouch for plan artifacts and approvals (rollout/signing.py)."""
+
+    # Strict: a security switch is true or false, never a string that happens to coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    require_signed_artifacts: bool = Field(
+        False, description="`rollout start` runs only artifacts signed by an allowed signer")
+    require_signed_approvals: bool = Field(
+        False, description="`rollout approve` needs --sign-key, verified by allowed signers")
+    allowed_signers: InsidePath | None = Field(
+        None, description="OpenSSH allowed_signers file of the keys that may sign")
+
+    @model_validator(mode="after")
+    def _signers(self) -> SecurityConfig:
+        if (self.require_signed_artifacts or self.require_signed_approvals) and (
+                self.allowed_signers is None):
+            raise ValueError("requiring signatures needs allowed_signers to check them with")
+        return self
+
+
 class SiteConfig(BaseModel):
     """`fleetgate.yml`: every key optional but `fleetgate`, the file's format version."""
 
@@ -72,6 +93,8 @@ class SiteConfig(BaseModel):
         default_factory=list, description="default inventory sources, for commands given no -i")
     state: AnyPath = Field(".fleetgate", description="journal, leases and run directories")
     images: AnyPath = Field(".fleetgate/images", description="golden image store")
+    security: SecurityConfig = Field(default_factory=SecurityConfig,
+                                     description="signed plan artifacts and approvals")
 
 
 @dataclass(frozen=True)
@@ -111,8 +134,20 @@ class Site:
         return [self._inside(i, "inventory") for i in self.config.inventory]
 
     @property
+    def allowed_signers(self) -> Path | None:
+        rel = self.config.security.allowed_signers
+        return None if rel is None else self._inside(rel, "security.allowed_signers")
+
+    @property
     def state_dir(self) -> Path:
-        return self._override("state") or (self.root / self.config.state).resolve()
+        env = self._override("state")
+        path = env or (self.root / self.config.state).resolve()
+        # Checked here, once for every user (journal, leases, runs): a file in its place
+        # would otherwise surface as a NotADirectoryError deep inside one of them.
+        if path.exists() and not path.is_dir():
+            raise BadInput("the state directory is not a directory", source=path,
+                           field=PATH_ENV["state"] if env else f"{SITE_FILE}: state")
+        return path
 
     @property
     def images_dir(self) -> Path:

@@ -96,20 +96,21 @@ LabFactory = Callable[..., AbstractContextManager[Any]]
 @pytest.fixture(scope="session")
 def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
     """`with lab_up("name", containers=N, vms=M, images=[...], handle=Cls) as lab:` — a real
-    lab in its own directory, up before the body and down after it, whatever happens."""
+    lab in its own directory, up before the body and down after it, whatever happens.
+    `args`: more `lab up` options (e.g. ("--slurm",))."""
 
     @contextmanager
     def factory(name: str, *, containers: int = 0, vms: int = 0, images: tuple[str, ...] = (),
                 golden: GoldenImages | None = None, handle: Callable[[Path], Any] = LabHandle,
-                timeout: float = 900) -> Iterator[Any]:
+                timeout: float = 900, args: tuple[str, ...] = ()) -> Iterator[Any]:
         lab = handle(tmp_path_factory.mktemp(name) / "lab")
         if golden is not None:
             lab.env.update(golden.env)
-        args = ["lab", "up", "--containers", str(containers), "--vms", str(vms)]
+        argv = ["lab", "up", "--containers", str(containers), "--vms", str(vms), *args]
         for ref in images:
-            args += ["--image", ref]
+            argv += ["--image", ref]
         t = time.monotonic()
-        proc = fleetgate(*args, env=lab.env, timeout=timeout)
+        proc = fleetgate(*argv, env=lab.env, timeout=timeout)
         TIMINGS[f"lab up {name} ({containers} containers, {vms} VMs)"] = time.monotonic() - t
         try:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr

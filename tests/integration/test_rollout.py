@@ -23,6 +23,7 @@ import yaml
 
 from tests.conftest import FLEETGATE, REPO, LabHandle
 from tests.integration.conftest import GoldenImages, LabFactory
+from tests.privacy import assert_private_tree, find_secret
 
 pytestmark = pytest.mark.lab
 
@@ -125,9 +126,16 @@ def test_plan_prints_waves_and_budgets_and_touches_nothing(lab: Lab) -> None:
     assert "Traceback" not in bad.stderr
 
 
-def test_happy_path_apply_class_in_three_waves_in_order(lab: Lab) -> None:
+def test_happy_path_apply_class_in_three_waves_in_order(lab: Lab,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    # A secret the change carries: read from the controller's environment when a batch runs,
+    # and afterwards in no file of the state dir and in neither report.
+    secret = f"s3cr3t-{os.getpid()}-registry-token"
+    monkeypatch.setenv("FLEETGATE_TEST_REGISTRY_TOKEN", secret)
     plan = lab.plan("happy", change={
         "playbook": "playbooks/apply-class.yml",
+        "secret_vars": {"registry_token": {"env": "FLEETGATE_TEST_REGISTRY_TOKEN"}},
         "target": {"manifest": {"class": "lab-cpu",
                                 "verified.kernel.default_boot": "6.1.0-55-cloud-amd64"}}},
         gates={"checks": ["discovery", "stack"]},
@@ -183,6 +191,14 @@ def test_happy_path_apply_class_in_three_waves_in_order(lab: Lab) -> None:
     applied = [sorted(e["data"]["hosts"]) for e in json.loads(batches.stdout)
                if e["data"]["state"] == "started" and e["data"]["batch"].startswith("apply-")]
     assert applied == [CANARY, WAVE1, WAVE2]  # one ansible-runner run per wave here
+    # State is private (`find STATE -perm /077` finds nothing; the lab's own dir is shared
+    # with podman on purpose) and the secret is nowhere in it, nor in the reports.
+    state = Path(lab.env["FLEETGATE_STATE_DIR"])
+    assert_private_tree(state, skip=[lab.root])
+    html, md = tmp_path / "happy.html", tmp_path / "happy.md"
+    lab.rollout("report", "happy-1", "--html", str(html), "--md", str(md), check=True)
+    assert find_secret(state, secret) == [] and find_secret(tmp_path, secret) == []
+    assert html.stat().st_size > 0 and "happy-1" in md.read_text()
 
 
 def test_unsatisfiable_pin_on_canary_halts_and_leaves_later_waves_untouched(lab: Lab) -> None:

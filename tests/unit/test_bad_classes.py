@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from fleetgate.errors import BadInput
-from fleetgate.spec.loader import load_all, load_class
+from fleetgate.spec.loader import load_all, load_class, read_yaml
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
 BAD_DIR = FIXTURES / "bad_classes"
 BAD_FILES = sorted(p for p in BAD_DIR.iterdir() if p.suffix in (".yml", ".yaml"))
 DUP_A = FIXTURES / "dup_classes" / "a"
@@ -121,3 +122,68 @@ def test_same_file_twice_is_a_duplicate() -> None:
     f = DUP_A / "dup-name.yml"
     with pytest.raises(BadInput, match="duplicate class name"):
         load_all([f, f])
+
+
+# --- matrix errors cite their source -------------------------------------------------------
+
+@pytest.mark.parametrize("path", [p for p in BAD_FILES if "matrix rule" in expectation(p)[1]],
+                         ids=lambda p: p.stem)
+def test_matrix_rule_error_names_its_source(path: Path) -> None:
+    with pytest.raises(BadInput) as info:
+        load_class(path)
+    line = info.value.one_line()
+    assert "(source: " in line and line.endswith(")"), line
+
+
+# --- YAML merge keys -----------------------------------------------------------------------
+
+MERGED = FIXTURES / "merge_classes" / "nvidia-h100-merged.yml"
+
+
+def test_merge_keys_are_accepted_and_merged_keys_overridden() -> None:
+    nc = load_class(MERGED)
+    assert (nc.runtime.engine, nc.runtime.version) == ("containerd", "1.6.20~ds1-1+deb12u2")
+    assert nc.runtime.cdi is True  # merged in as false, overridden in the merging mapping
+    proc = cli(str(MERGED))
+    assert proc.returncode == 0 and "1 class(es) valid" in proc.stdout, proc.stderr
+
+
+def test_merge_keys_do_not_hide_a_real_duplicate(tmp_path: Path) -> None:
+    text = MERGED.read_text().replace("  cdi: true\n", "  cdi: true\n  cdi: false\n")
+    f = tmp_path / MERGED.name
+    f.write_text(text)
+    with pytest.raises(BadInput, match="duplicate key 'cdi'"):
+        load_class(f)
+
+
+@pytest.mark.parametrize(("depth", "ok"), [(60, True), (70, False)])
+def test_yaml_depth_limit(tmp_path: Path, depth: int, ok: bool) -> None:
+    f = tmp_path / "deep.yml"
+    f.write_text("x: " + "[" * depth + "]" * depth + "\n")
+    if ok:
+        assert read_yaml(f) is not None
+    else:
+        with pytest.raises(BadInput, match="nested deeper than 64 levels at line 1"):
+            read_yaml(f)
+
+
+def test_aliases_cannot_expand_past_the_size_limit(tmp_path: Path) -> None:
+    # 2^25 values from 26 short lines (a "billion laughs"): refused while composing
+    lines = ["a0: &a0 [x, x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 26)]
+    f = tmp_path / "laughs.yml"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BadInput, match="values once aliases are expanded"):
+        read_yaml(f)
+
+
+# --- every class in the repository is valid ------------------------------------------------
+
+REPO_CLASSES = sorted({*REPO.glob("inventory/classes/*.yml"),
+                       *REPO.glob("examples/*/classes/*.yml"),
+                       *(FIXTURES / "classes").glob("*.yml"), MERGED})
+
+
+@pytest.mark.parametrize("path", REPO_CLASSES, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def test_repository_class_is_valid(path: Path) -> None:
+    nc = load_class(path)
+    assert nc.name == path.stem

@@ -290,3 +290,164 @@ def test_bad_input_is_one_line_parse_error(kind: str, text: str, fragment: str) 
 def test_unknown_kind() -> None:
     with pytest.raises(p.ParseError, match="unknown kind"):
         p.parse("nvidia-smi-yaml", "")
+
+
+# --------------------------------------------------------------------------- impossible values
+# Each case is a real capture (or the synthetic table) changed in exactly one reading.
+
+def _a100_with(old: str, new: str, *, after: str = "") -> str:
+    text = (SMI / "a100-sxm4-v12.xml").read_text()
+    start = text.index(after) if after else 0
+    at = text.index(old, start)
+    return text[:at] + new + text[at + len(old):]
+
+
+def test_real_captures_pass_the_value_checks() -> None:
+    for f in sorted(SMI.glob("*.xml")):
+        assert p.check_values(smi(f.name)) is not None
+    a100 = smi("a100-sxm4-v12.xml")["gpus"][0]
+    assert (a100["memory_used_mib"], a100["memory_total_mib"]) == (50, 81920)
+
+
+def test_negative_sram_count_cannot_cancel_a_dram_error() -> None:
+    # sram -1 and dram +1 would sum to 0 uncorrectable errors: a broken GPU reading as clean
+    text = _a100_with("<sram_uncorrectable>0</sram_uncorrectable>",
+                      "<sram_uncorrectable>-1</sram_uncorrectable>", after="<ecc_errors>")
+    text = text.replace("<dram_uncorrectable>0</dram_uncorrectable>",
+                        "<dram_uncorrectable>1</dram_uncorrectable>", 1)
+    with pytest.raises(p.ParseError, match=r"^gpus\[0\]\.ecc\.volatile\.sram_uncorrectable: -1 "
+                                           r"is negative"):
+        p.parse_nvidia_smi_xml(text)
+
+
+def test_negative_gpu_level_ecc_count_is_refused_naming_the_field() -> None:
+    text = _a100_with("<dram_correctable>0</dram_correctable>",
+                      "<dram_correctable>-3</dram_correctable>", after="<ecc_errors>")
+    with pytest.raises(p.ParseError, match=r"^gpus\[0\]\.ecc\.volatile\.dram_correctable: -3 "
+                                           r"is negative"):
+        p.parse_nvidia_smi_xml(text)
+
+
+@pytest.mark.parametrize(("temp", "ok"), [("27 C", True), ("-20 C", True), ("400 C", False),
+                                          ("-300 C", False)])
+def test_temperature_within_what_a_sensor_reads(temp: str, ok: bool) -> None:
+    text = _a100_with("<gpu_temp>27 C</gpu_temp>", f"<gpu_temp>{temp}</gpu_temp>")
+    if ok:
+        assert p.parse_nvidia_smi_xml(text)["gpus"][0]["temperature_c"] == int(temp.split()[0])
+    else:
+        with pytest.raises(p.ParseError, match=r"gpus\[0\]\.temperature_c: .* C is outside"):
+            p.parse_nvidia_smi_xml(text)
+
+
+def test_memory_used_above_total_is_refused() -> None:
+    text = _a100_with("<used>50 MiB</used>", "<used>90000 MiB</used>")
+    with pytest.raises(p.ParseError, match=r"gpus\[0\]\.memory_used_mib: 90000 is more than "
+                                           r"memory_total_mib 81920"):
+        p.parse_nvidia_smi_xml(text)
+
+
+def test_negative_power_draw_is_refused() -> None:
+    g = smi("tesla-t4.xml")["gpus"][0]
+    assert g["power_draw_w"] == 26.78
+    text = (SMI / "tesla-t4.xml").read_text().replace("26.78 W", "-26.78 W", 1)
+    with pytest.raises(p.ParseError, match=r"power_draw_w: -26.78 is negative"):
+        p.parse_nvidia_smi_xml(text)
+
+
+ROCM = FIX / "rocm-smi"
+
+
+def _mi100(**changes: Any) -> str:
+    import json
+
+    doc = json.loads((ROCM / "mi100_rocm602.json").read_text())
+    doc["card0"].update(changes)
+    return json.dumps(doc)
+
+
+def test_rocm_smi_capture_passes_and_reads_vram_used() -> None:
+    g = p.parse_rocm_smi_json(_mi100())["gpus"][0]
+    assert (g["vram_used_bytes"], g["vram_total_bytes"]) == (6750208, 34342961152)
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("Temperature (Sensor junction) (C)", "-500.0", "temperature_junction_c: -500.0 C"),
+    ("PCIe Replay Count", "-1", "pcie_replay_count: -1 is negative"),
+    ("Average Graphics Package Power (W)", "-36.0", "power_average_w: -36.0 is negative"),
+    ("VRAM Total Used Memory (B)", "34342961153", "vram_used_bytes: 34342961153 is more than"),
+])
+def test_rocm_smi_impossible_reading(key: str, value: str, fragment: str) -> None:
+    with pytest.raises(p.ParseError) as err:
+        p.parse_rocm_smi_json(_mi100(**{key: value}))
+    assert fragment in str(err.value) and str(err.value).startswith("gpus[0].")
+
+
+@pytest.mark.parametrize(("kind", "literal"), [
+    ("rocm-smi", "NaN"), ("rocm-smi", "Infinity"), ("rocm-smi", "-Infinity"),
+    ("rocm-smi", "1e999"), ("amd-smi", "NaN"), ("lscpu", "NaN"),
+])
+def test_json_nan_and_infinity_are_not_json(kind: str, literal: str) -> None:
+    docs = {"rocm-smi": '{"card0": {"PCIe Replay Count": %s}}',
+            "amd-smi": '[{"gpu": 0, "ecc": {"total_correctable_count": %s}}]',
+            "lscpu": '{"lscpu": [{"field": "CPU(s):", "data": %s}]}'}
+    with pytest.raises(p.ParseError, match="invalid JSON") as err:
+        p.parse(kind, docs[kind] % literal)
+    assert "\n" not in str(err.value)
+
+
+def test_amd_smi_negative_ecc_count_is_refused() -> None:
+    text = '[{"gpu": 0, "ecc": {"total_correctable_count": 0, "total_uncorrectable_count": -2}}]'
+    with pytest.raises(p.ParseError, match=r"gpus\[0\]\.ecc\.uncorrectable: -2 is negative"):
+        p.parse_amd_smi_json(text)
+
+
+@pytest.mark.parametrize("kind", ["rocm-smi", "amd-smi", "lscpu"])
+def test_deeply_nested_json_is_a_parse_error_not_a_recursion_error(kind: str) -> None:
+    for depth in (100_000, 65):
+        with pytest.raises(p.ParseError, match="nested"):
+            nested = "[" * depth + "]" * depth
+            p.parse(kind, nested if kind != "lscpu" else '{"lscpu": ' + nested + "}")
+
+
+def test_json_depth_limit_boundary() -> None:
+    assert p.loads_json("[" * 64 + "]" * 64, "x") is not None
+    with pytest.raises(p.ParseError, match="deeper than 64"):
+        p.loads_json("[" * 65 + "]" * 65, "x")
+
+
+def _perf(old: str, new: str) -> str:
+    text = (SYN / "all_reduce_perf-h100x8.txt").read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(("new", "fragment"), [
+    ("68421.1  251.09     nan", "busbw_gbps: nan is not a finite number"),
+    ("68421.1  251.09     inf", "busbw_gbps: inf is not a finite number"),
+    ("68421.1  251.09 -439.41", "busbw_gbps: -439.41 is negative"),
+    ("-68421.1  251.09  439.41", "time_us: -68421.1 is negative"),
+])
+def test_all_reduce_perf_impossible_row(new: str, fragment: str) -> None:
+    with pytest.raises(p.ParseError) as err:
+        p.parse_all_reduce_perf(_perf("68421.1  251.09  439.41", new))
+    assert str(err.value).startswith("rows[3].out_of_place.") and fragment in str(err.value)
+
+
+def test_all_reduce_perf_unreadable_average_is_not_a_traceback() -> None:
+    d = p.parse_all_reduce_perf(_perf("Avg bus bandwidth    : 329.435",
+                                      "Avg bus bandwidth    : ."))
+    assert d["avg_busbw_reported_gbps"] is None and d["busbw_gbps"] == 439.73
+
+
+def test_check_values_rules() -> None:
+    huge = 10**400  # too large for a float: still a (possible) count, not an OverflowError
+    assert p.check_values({"temperature_c": -20, "big": huge}) == {"temperature_c": -20,
+                                                                     "big": huge}
+    assert p.check_values({"util": 100.0, "x": [0, 1.5]}, percent=frozenset({"util"}))
+    with pytest.raises(p.ParseError, match=r"^util: 100.5% is not a percentage"):
+        p.check_values({"util": 100.5}, percent=frozenset({"util"}))
+    with pytest.raises(p.ParseError, match=r"^x\[1\]: -1 is negative"):
+        p.check_values({"x": [0, -1]})
+    with pytest.raises(p.ParseError, match=r"^a\.b: nan is not a finite number"):
+        p.check_values({"a": {"b": float("nan")}})
+    assert p.check_values({"flag": True, "name": "-1"}) == {"flag": True, "name": "-1"}

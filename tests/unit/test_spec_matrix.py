@@ -38,15 +38,34 @@ _NVIDIA = _raw("nvidia-h100-535")
 _AMD = _raw("amd-mi300x-rocm")
 
 
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split("__")
+    target = data
+    for key in parents:
+        target = target.setdefault(key, {})
+    target[leaf] = value
+
+
 def build(base: dict[str, Any], **edits: Any) -> NodeClass:
-    """A copy of `base` with dotted-path edits (`driver__branch="550"`), schema-validated."""
+    """A copy of `base` with dotted-path edits (`driver__branch="550"`), schema-validated.
+
+    Pins that the matrix ties together follow an edit unless the edit names them too, so a
+    case still differs in one way: a new kernel ABI gets a package version of its series, a
+    new driver version its own DKMS module, and a new compute capability a model name that
+    names no known part (an H100 that is not 9.0 is a case of its own)."""
     data = copy.deepcopy(base)
     for dotted, value in edits.items():
-        *parents, leaf = dotted.split("__")
-        target = data
-        for key in parents:
-            target = target.setdefault(key, {})
-        target[leaf] = value
+        _set(data, dotted, value)
+    if "kernel__abi" in edits and "kernel__package_version" not in edits:
+        major, minor = edits["kernel__abi"].split(".")[:2]
+        _set(data, "kernel__package_version", f"{major}.{minor}.1-1")
+    if "driver__version" in edits and "dkms" not in edits:
+        upstream = edits["driver__version"].rsplit("-", 1)[0]
+        data["dkms"] = [{**m, "version": upstream} if m["name"].startswith("nvidia") else m
+                        for m in data.get("dkms", [])]
+    if "accelerator__compute_capability" in edits and "accelerator__model" not in edits:
+        _set(data, "accelerator__model",
+             f"Test part cc {edits['accelerator__compute_capability']}")
     return NodeClass.model_validate(data)
 
 
@@ -136,11 +155,13 @@ def test_unknown_branch_fires_alone() -> None:
 
 @pytest.mark.parametrize("branch", sorted(NVIDIA_MAX_CUDA))
 def test_every_known_branch_passes(branch: str) -> None:
-    # No userland pin and a 5.15 kernel: inside every branch's range.
+    # No userland pin, a 5.15 kernel and an A100 (Ampere, from R450 on): inside every
+    # branch's range.
     data = copy.deepcopy(_NVIDIA)
     data["userland"] = {}
     nc = build(data, driver__branch=branch, driver__version=f"{branch}.1.01-1",
-               kernel__abi="5.15.0-125-generic")
+               kernel__abi="5.15.0-125-generic", accelerator__model="NVIDIA A100-SXM4-80GB",
+               accelerator__compute_capability="8.0", accelerator__pci_ids=["10de:20b2"])
     assert rules(nc) == []
 
 
@@ -289,3 +310,248 @@ def test_rocm_userland_newer_than_release_fires(release: str, rocm: str) -> None
 def test_violation_str_names_rule_and_field() -> None:
     v = Violation("nvidia-userland-cuda", "userland.cuda", "too new")
     assert str(v) == "userland.cuda: matrix rule nvidia-userland-cuda: too new"
+
+
+# --- every rule cites its source -------------------------------------------------------------
+
+def test_every_rule_has_a_source_in_the_data() -> None:
+    m = load_matrix()
+    assert set(matrix.RULES) <= set(m.sources)
+    for rule in matrix.RULES:
+        assert len(m.sources[rule]) >= 10 and "\n" not in m.sources[rule], rule
+
+
+def test_violation_names_its_source() -> None:
+    v = fires(nvidia(userland__cuda="12.3"), "nvidia-userland-cuda")
+    assert v.source == load_matrix().sources["nvidia-userland-cuda"]
+    assert str(v).endswith(f"(source: {v.source})")
+    assert "docs.nvidia.com" in str(v)
+
+
+# --- accelerator models ----------------------------------------------------------------------
+
+def test_model_rows_are_consistent() -> None:
+    m = load_matrix()
+    tokens = [g.token for g in m.gpu_models]
+    assert len(tokens) == len(set(tokens))
+    for g in m.gpu_models:
+        if g.vendor == "nvidia":
+            assert m.generation_index(g.compute_capability) is not None, g.token
+        else:
+            assert g.compute_capability.startswith("gfx"), g.token
+
+
+def test_shipped_accelerators_are_known_models() -> None:
+    m = load_matrix()
+    for name in ("nvidia-h100-535", "nvidia-h200-580", "amd-mi300x-rocm"):
+        acc = _raw(name)["accelerator"]
+        row = m.gpu_model(acc["model"])
+        assert row is not None and row.compute_capability == acc["compute_capability"], name
+
+
+@pytest.mark.parametrize(("model", "token"), [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100-SXM5", "H100"), ("NVIDIA H200", "H200"),
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", "L40"),
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("AMD Instinct MI300X", "MI300X"),
+    ("AMD Instinct MI250X/MI250", "MI250X"),  # both match: the longer token is the part
+])
+def test_model_tokens_match_whole_words(model: str, token: str) -> None:
+    row = load_matrix().gpu_model(model)
+    assert row is not None and row.token == token
+
+
+@pytest.mark.parametrize("model", ["NVIDIA GH100 engineering sample", "NVIDIA A1000",
+                                   "NVIDIA A10G", "Radeon RX 6700 XT"])
+def test_unknown_models_match_no_row(model: str) -> None:
+    assert load_matrix().gpu_model(model) is None
+
+
+@pytest.mark.parametrize(("model", "cc"), [
+    ("NVIDIA H200", "9.0"), ("NVIDIA A100-SXM4-80GB", "8.0"), ("NVIDIA L40S", "8.9"),
+    ("Tesla T4", "7.5"), ("Tesla V100-SXM2-32GB", "7.0"),
+])
+def test_model_with_its_compute_capability_passes(model: str, cc: str) -> None:
+    nc = nvidia(accelerator__model=model, accelerator__compute_capability=cc)
+    assert "gpu-model-compute-capability" not in rules(nc)
+
+
+@pytest.mark.parametrize(("model", "cc", "right"), [
+    ("NVIDIA H200", "8.0", "9.0"), ("NVIDIA H100 80GB HBM3", "8.9", "9.0"),
+    ("NVIDIA A100-SXM4-80GB", "9.0", "8.0"), ("NVIDIA L40S", "8.6", "8.9"),
+])
+def test_model_with_another_compute_capability_fires(model: str, cc: str, right: str) -> None:
+    v = fires(nvidia(accelerator__model=model, accelerator__compute_capability=cc),
+              "gpu-model-compute-capability")
+    assert v.field == "accelerator.compute_capability"
+    assert f"is compute capability {right}, not {cc}" in v.message
+
+
+@pytest.mark.parametrize(("cc", "expected"), [("10.0", []),
+                                               ("9.0", ["gpu-model-compute-capability"])])
+def test_b200_is_compute_capability_10(cc: str, expected: list[str]) -> None:
+    nc = nvidia(driver__branch="570", driver__version="570.172.08-1", driver__flavour="open",
+                userland__cuda="12.8", accelerator__model="NVIDIA B200",
+                accelerator__compute_capability=cc)
+    assert rules(nc) == expected
+
+
+def test_amd_model_on_an_nvidia_class_fires() -> None:
+    v = fires(nvidia(accelerator__model="AMD Instinct MI300X"), "gpu-model-vendor")
+    assert v.field == "accelerator.model"
+
+
+@pytest.mark.parametrize(("model", "gfx"), [("AMD Instinct MI300X", "gfx942"),
+                                             ("AMD Instinct MI250X", "gfx90a"),
+                                             ("AMD Instinct MI210", "gfx90a"),
+                                             ("AMD Instinct MI100", "gfx908")])
+def test_amd_model_with_its_gfx_target_passes(model: str, gfx: str) -> None:
+    assert rules(amd(accelerator__model=model, accelerator__compute_capability=gfx)) == []
+
+
+@pytest.mark.parametrize("gfx", ["gfx803", "gfx90a", "gfx1100"])
+def test_mi300x_with_another_gfx_target_fires(gfx: str) -> None:
+    v = fires(amd(accelerator__model="AMD Instinct MI300X", accelerator__compute_capability=gfx),
+              "amd-gfx-target")
+    assert v.field == "accelerator.compute_capability"
+    assert f"gfx942, not {gfx}" in v.message
+
+
+def test_amd_compute_capability_must_be_a_gfx_target() -> None:
+    nc = amd(accelerator__model="AMD Instinct test part", accelerator__compute_capability="9.0")
+    assert fires(nc, "amd-gfx-target").field == "accelerator.compute_capability"
+    assert rules(amd(accelerator__model="AMD Instinct test part",
+                     accelerator__compute_capability="gfx1100")) == []
+
+
+# --- pci-vendor-id ---------------------------------------------------------------------------
+
+def test_nvidia_pci_id_on_amd_fires() -> None:
+    v = fires(amd(accelerator__pci_ids=["10de:74a1"]), "pci-vendor-id")
+    assert v.field == "accelerator.pci_ids[0]" and "1002" in v.message
+
+
+def test_amd_pci_id_on_nvidia_fires_per_entry() -> None:
+    v = fires(nvidia(accelerator__pci_ids=["10de:2330", "1002:2330"]), "pci-vendor-id")
+    assert v.field == "accelerator.pci_ids[1]" and "10de" in v.message
+    assert rules(nvidia(accelerator__pci_ids=["10de:2330", "10de:2324"])) == []
+
+
+# --- nvidia-branch-generation ----------------------------------------------------------------
+
+def _on_branch(branch: str, model: str, cc: str, flavour: str = "proprietary") -> NodeClass:
+    row = load_matrix().branch(branch)
+    assert row is not None
+    return nvidia(driver__branch=branch, driver__version=f"{branch}.10.01-1",
+                  driver__flavour=flavour, userland__cuda=row.max_cuda,
+                  accelerator__model=model, accelerator__compute_capability=cc,
+                  kernel__abi="5.15.0-125-generic")
+
+
+@pytest.mark.parametrize("branch", ["470", "495", "510", "515", "520"])
+def test_h100_before_525_fires(branch: str) -> None:
+    v = fires(_on_branch(branch, "NVIDIA H100 80GB HBM3", "9.0"), "nvidia-branch-generation")
+    assert v.field == "driver.branch"
+    assert f"needs driver branch 525 or newer; branch is {branch}" in v.message
+
+
+@pytest.mark.parametrize(("branch", "model", "cc"), [
+    ("525", "NVIDIA H100 80GB HBM3", "9.0"), ("525", "NVIDIA L40S", "8.9"),
+    ("470", "NVIDIA A100-SXM4-80GB", "8.0"), ("570", "NVIDIA B200", "10.0"),
+    ("470", "Tesla K80", "3.7"),
+])
+def test_branch_at_the_generation_bound_passes(branch: str, model: str, cc: str) -> None:
+    flavour = "open" if cc == "10.0" else "proprietary"  # Blackwell runs only the open ones
+    assert rules(_on_branch(branch, model, cc, flavour)) == []
+
+
+def test_b200_before_570_fires() -> None:
+    v = fires(_on_branch("565", "NVIDIA B200", "10.0"), "nvidia-branch-generation")
+    assert "570 or newer" in v.message
+
+
+def test_kepler_after_470_fires() -> None:
+    v = fires(_on_branch("535", "Tesla K80", "3.7"), "nvidia-branch-generation")
+    assert "up to driver branch 470; branch is 535" in v.message
+
+
+# --- nvidia-dkms-version ---------------------------------------------------------------------
+
+def test_dkms_module_of_another_driver_release_fires() -> None:
+    nc = nvidia(dkms=[{"name": "nvidia-current", "version": "535.247.01",
+                       "package": "nvidia-kernel-dkms"}])
+    v = fires(nc, "nvidia-dkms-version")
+    assert v.field == "dkms[0].version" and "535.261.03" in v.message
+
+
+def test_dkms_modules_with_versions_of_their_own_pass() -> None:
+    nc = nvidia(dkms=[{"name": "nvidia-current", "version": "535.261.03",
+                       "package": "nvidia-kernel-dkms"},
+                      {"name": "nvidia-fs", "version": "2.20.5", "package": "nvidia-fs-dkms"}])
+    assert rules(nc) == []
+
+
+@pytest.mark.parametrize(("package", "upstream"), [
+    ("535.261.03-1", "535.261.03"), ("1:6.12.12.60400-2147987.22.04", "6.12.12.60400"),
+    ("580.95.05", "580.95.05"), ("535.216.03-1~deb12u1", "535.216.03"),
+])
+def test_upstream_version(package: str, upstream: str) -> None:
+    assert matrix.upstream_version(package) == upstream
+
+
+# --- kernel-package-version ------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["6.12.38-1", "6.10.1-1", "5.10.237-1"])
+def test_debian_package_of_another_series_fires(version: str) -> None:
+    v = fires(nvidia(kernel__package_version=version), "kernel-package-version")
+    assert v.field == "kernel.package_version" and "6.1.<patch>" in v.message
+
+
+def test_debian_package_of_the_series_passes() -> None:
+    assert rules(nvidia(kernel__package_version="6.1.140-1")) == []
+
+
+def _noble(**edits: Any) -> NodeClass:
+    return nvidia(os={"family": "ubuntu", "release": "noble", "version": "24.04"},
+                  **{"kernel__abi": "6.8.0-45-generic", **edits})
+
+
+def test_ubuntu_package_carrying_the_abi_passes() -> None:
+    assert rules(_noble(kernel__package_version="6.8.0-45.45")) == []
+
+
+@pytest.mark.parametrize("version", ["6.8.0-44.44", "6.8.12-1", "6.8.0-451.1"])
+def test_ubuntu_package_without_the_abi_fires(version: str) -> None:
+    v = fires(_noble(kernel__package_version=version), "kernel-package-version")
+    assert "6.8.0-45.<upload>" in v.message
+
+
+# --- os-codename, os-release-known -----------------------------------------------------------
+
+def _lab_cpu_on(family: str, version: str, release: str) -> NodeClass:
+    kernel = ({"abi": "6.8.0-45-generic", "package_version": "6.8.0-45.45", "headers": False}
+              if family == "ubuntu" else _raw("lab-cpu")["kernel"])
+    return NodeClass.model_validate({**_raw("lab-cpu"), "kernel": kernel, "os": {
+        "family": family, "release": release, "version": version}})
+
+
+@pytest.mark.parametrize(("family", "version", "release"), [
+    ("debian", "12", "bookworm"), ("debian", "13", "trixie"), ("debian", "12.5", "bookworm"),
+    ("ubuntu", "22.04", "jammy"), ("ubuntu", "24.04.1", "noble"),
+])
+def test_os_version_with_its_codename_passes(family: str, version: str, release: str) -> None:
+    assert rules(_lab_cpu_on(family, version, release)) == []
+
+
+@pytest.mark.parametrize(("family", "version", "release", "field"), [
+    ("debian", "12", "trixie", "os.release"), ("ubuntu", "22.04", "noble", "os.release"),
+    ("debian", "14", "trixie", "os.version"), ("ubuntu", "24.04", "bookworm", "os.release"),
+])
+def test_os_codename_of_another_release_fires(family: str, version: str, release: str,
+                                               field: str) -> None:
+    # vendor none: the OS rules apply to every class, not only GPU ones
+    assert fires(_lab_cpu_on(family, version, release), "os-codename").field == field
+
+
+def test_unknown_os_release_fires() -> None:
+    v = fires(_lab_cpu_on("debian", "14", "forky"), "os-release-known")
+    assert v.field == "os.version" and "12 bookworm" in v.message

@@ -201,3 +201,76 @@ def test_dpkg_verify_lines() -> None:
         ("/boot/config-6.1.0-55-cloud-amd64", False, False, True),
         ("/etc/nvidia/nvidia-drm-outputclass.conf", True, False, True),
         ("/usr/lib/modules/6.1.0-55-amd64/updates/dkms/nvidia.ko", False, True, False)]
+
+
+# --- impossible values: each case is a recorded output changed in exactly one reading --------
+
+def _dmon(old: str, new: str) -> str:
+    text = read("article-nvidia-smi-dmon.txt")
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(("old", "new", "fragment"), [
+    ("0 215 62 - 18", "0 nan 62 - 18", "samples[0].pwr: nan is not a finite number"),
+    ("0 215 62 - 18", "0 inf 62 - 18", "samples[0].pwr: inf is not a finite number"),
+    ("0 215 62 - 18", "0 -215 62 - 18", "samples[0].pwr: -215.0 is negative"),
+    ("0 215 62 - 18", "0 215 62 - 180", "samples[0].sm: 180.0% is not a percentage"),
+    ("0 215 62 - 18", "0 215 620 - 18", "samples[0].gtemp: 620.0 C is outside"),
+    ("120 30 40 1\n0 220", "-120 30 40 1\n0 220", "samples[0].rxpci: -120.0 is negative"),
+])
+def test_dmon_impossible_reading_names_the_field(old: str, new: str, fragment: str) -> None:
+    with pytest.raises(parsers.ParseError) as err:
+        parsers.parse_dmon(_dmon(old, new))
+    assert str(err.value).startswith(fragment)
+
+
+@pytest.mark.parametrize("index", ["nan", "-1", "1.5"])
+def test_dmon_gpu_index_must_be_an_index(index: str) -> None:
+    with pytest.raises(parsers.ParseError, match="without a GPU index"):
+        parsers.parse_dmon(_dmon("0 215 62 - 18", f"{index} 215 62 - 18"))
+
+
+def test_dmon_units_line_decides_percent_columns() -> None:
+    # fb in MB is not a share: 80000 passes; as a % column the same number would not
+    text = "# gpu pwr fb\n# Idx W MB\n0 300 80000\n"
+    assert parsers.parse_dmon(text)["per_gpu"][0]["fb"] == 80000.0
+    with pytest.raises(parsers.ParseError, match=r"fb: 80000.0% is not a percentage"):
+        parsers.parse_dmon("# gpu pwr fb\n# Idx W %\n0 300 80000\n")
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("NaN", "invalid JSON"), ("Infinity", "invalid JSON"), ("1e999", "invalid JSON"),
+    ("150", "gpus[0].sm: 150.0% is not a percentage"), ("-3", "gpus[0].sm: -3.0%"),
+])
+def test_amd_metric_usage_impossible(value: str, fragment: str) -> None:
+    text = read("synthetic-amd-smi-metric-usage.json").replace(
+        '"gfx_activity": {"value": 97', f'"gfx_activity": {{"value": {value}', 1)
+    with pytest.raises(parsers.ParseError) as err:
+        parsers.parse_amd_metric_usage(text)
+    assert fragment in str(err.value)
+
+
+def test_amd_metric_usage_deep_json_is_a_parse_error() -> None:
+    with pytest.raises(parsers.ParseError, match="nested"):
+        parsers.parse_amd_metric_usage("[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize(("old", "new", "fragment"), [
+    ("3.50 98.0", "3.50 198.0", "util: 198.0% is not a percentage"),
+    ("nvme0n1 420.0", "nvme0n1 -420.0", "r_per_s: -420.0 is negative"),
+    ("nvme0n1 420.0", "nvme0n1 nan", "r_per_s: nan is not a finite number"),
+    ("18.21 0.00", "118.21 0.00", "cpu.user: 118.21% is not a percentage"),
+])
+def test_iostat_impossible_reading(old: str, new: str, fragment: str) -> None:
+    text = read("article-iostat-xz.txt")
+    assert old in text
+    with pytest.raises(parsers.ParseError) as err:
+        parsers.parse_iostat(text.replace(old, new, 1))
+    assert str(err.value).startswith("reports[0].") and fragment in str(err.value)
+
+
+def test_mpstat_idle_above_100_is_refused() -> None:
+    text = read("lab-mpstat-1-1.txt").replace("99.50", "199.50")
+    with pytest.raises(parsers.ParseError, match=r"^idle: 199.5% is not a percentage"):
+        parsers.parse_mpstat(text)

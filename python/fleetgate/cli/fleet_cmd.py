@@ -10,10 +10,24 @@ import typer
 from rich.table import Table
 
 from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
-from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
+from fleetgate.cli.output import (
+    JSON_HELP,
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
+from fleetgate.runner.connection_vars import value_problem
+from fleetgate.runner.inventory import HOST_RE, resolve_inventory
 from fleetgate.site import content_root
+from fleetgate.spec.schema import CLASS_NAME_RE
 from fleetgate.triage.cachekey import cache_key, parse_engines, runtime_of
 from fleetgate.triage.drift import class_hardware, host_drift, mixed_drift
 from fleetgate.triage.drift import to_dict as drift_dict
@@ -22,6 +36,37 @@ from fleetgate.triage.fleetstate import Selection, read_states, select
 app = typer.Typer(help="Operations on hosts, through ansible-runner.", no_args_is_help=True)
 
 PLAYBOOK_RE = re.compile(r"^[A-Za-z0-9_./-]{1,300}$")
+
+
+@app.command()
+@documented([
+    "fleetgate fleet hosts -i inventory.yml",
+    "fleetgate fleet hosts -i inventory.yml --limit '~lab-c0[12]' -o json",
+], "0 at least one host matched, 1 none did, 2 bad input")
+def hosts(
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
+) -> None:
+    """The hosts a --limit selects, with their class, address and groups, as Ansible resolves
+    them (vars plugins included) and after fleetgate's checks; contacts no host."""
+    out = fmt(as_json, output)
+    inv = resolve_inventory(inventory_sources(inventory), limit)
+    groups = inv.groups_of()
+    rows = {h: {"class": str(hv.get("fleetgate_class") or ""),
+                "address": str(hv.get("ansible_host", h)),
+                "port": str(hv.get("ansible_port", "")),
+                "groups": [g for g in groups.get(h, []) if g not in ("all", "ungrouped")]}
+            for h, hv in inv.hostvars.items()}
+    if out is Output.json:
+        print_json({"inventory": inv.label, "limit": limit, "hosts": rows})
+    else:
+        print_rows(["host", "class", "address", "port", "groups"],
+                   [[h, r["class"], r["address"], r["port"], ",".join(r["groups"])]
+                    for h, r in rows.items()], out)
+    if not rows:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -102,8 +147,18 @@ def parse_extra_vars(pairs: list[str]) -> dict[str, str]:
         if not EXTRA_VALUE_RE.fullmatch(value):
             raise BadInput("value has characters outside [A-Za-z0-9._:+~/@%=,-]",
                            source="--extra-vars", field=key)
+        # Extra vars outrank the inventory's, so a connection variable or a node class given
+        # here meets the inventory's own checks (no ProxyCommand, local only on localhost).
+        if why := value_problem("", key, value) or _class_problem(key, value):
+            raise BadInput(why, source="--extra-vars", field=key)
         out[key] = value
     return out
+
+
+def _class_problem(key: str, value: str) -> str | None:
+    if key != "fleetgate_class" or re.fullmatch(CLASS_NAME_RE, value):
+        return None
+    return f"fleetgate_class {value!r} is not a node class name ({CLASS_NAME_RE})"
 
 
 def resolve_playbook(name: str) -> Path:
@@ -155,7 +210,6 @@ def play(
 
 
 DRIFT_COLOUR = {"clean": "green", "drift": "red", "inconclusive": "yellow"}
-HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
 @app.command()

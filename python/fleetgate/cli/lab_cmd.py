@@ -33,6 +33,7 @@ def _lab(
 @documented([
     "fleetgate lab up --containers 4",
     "fleetgate lab --lab-dir /tmp/lab up --containers 8",
+    "fleetgate lab up --containers 3 --slurm",
 ], "0 ok, 2 bad input, 3 the lab could not be brought up")
 def up(
     ctx: typer.Context,
@@ -52,6 +53,11 @@ def up(
         help="Which hosts --image starts: the kind its class's lab.kind names, or container or "
              "VM hosts whatever the class says (a GPU class's image as a container host is how "
              "its driver role is tested without a GPU).")] = "class",
+    with_slurm: Annotated[bool, typer.Option(
+        "--slurm",
+        help="Make the container hosts a Slurm cluster (Debian's Slurm 22.05 with MUNGE): "
+             "slurmctld on the first, slurmd on each; the inventory marks them "
+             "fleetgate_slurm_node / fleetgate_slurm_controller.")] = False,
 ) -> None:
     """Start N container hosts and M VM hosts, wait for SSH on each, write the inventory."""
     paths: LabPaths = ctx.obj
@@ -64,8 +70,9 @@ def up(
                      container_class=imgs.container_class or container_class,
                      vm_class=imgs.vm_class or vm_class,
                      container_image=imgs.container_image, vm_rootfs=imgs.vm_rootfs,
-                     vm_image=imgs.vm_image)
-    console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}")
+                     vm_image=imgs.vm_image, with_slurm=with_slurm)
+    console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
+                  + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
 
 
 @app.command()

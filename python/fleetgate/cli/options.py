@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,9 @@ InventoryOpt = Annotated[list[Path] | None, typer.Option(
     "--inventory", "-i", show_default=False,
     help="Ansible inventory source: INI, YAML, a directory with group_vars/, a script or a "
          "plugin config; repeatable. Default: the site's `inventory` (fleetgate.yml).")]
-LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
+LIMIT_HELP = ("Ansible host pattern: hosts, groups, globs, ',' or ':' lists, '!x' (not), '&x' "
+              "(and), '~regex' (e.g. '~lab-c0[12]'). Quote it for the shell.")
+LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help=LIMIT_HELP)]
 
 
 def inventory_sources(given: list[Path] | None) -> tuple[Path, ...]:
@@ -26,3 +29,11 @@ def inventory_sources(given: list[Path] | None) -> tuple[Path, ...]:
         return tuple(site.inventory)
     raise BadInput("no inventory: give -i, or set `inventory:` in fleetgate.yml",
                    source=site.file, field="inventory")
+
+
+def finite(value: float | None) -> float | None:
+    """click's FloatRange compares, and every comparison with NaN is false: `--heartbeat nan`
+    would pass `min=1, max=60`. Float options take this callback so NaN and ±inf are refused."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value

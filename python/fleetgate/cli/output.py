@@ -54,7 +54,8 @@ def fmt(as_json: bool, output: Output | None) -> Output:
 
 def print_json(data: Any) -> None:
     # Plain print, not rich: machine output must not be wrapped or colourised.
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    # allow_nan=False: NaN is not JSON; every reader downstream would choke on it.
+    print(json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False))
 
 
 def esc(text: object) -> str:

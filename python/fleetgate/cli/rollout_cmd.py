@@ -10,9 +10,9 @@ inside the controller: the lines show exactly what is committed, as `history` wo
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +22,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from fleetgate.cli.options import finite
 from fleetgate.cli.output import (
     JsonFlag,
     Output,
@@ -37,10 +38,11 @@ from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.revision import git_revision, operator
 from fleetgate.rollout import artifact as artifacts
 from fleetgate.rollout import metrics as rollout_metrics
-from fleetgate.rollout import notify, progress, report_data
-from fleetgate.rollout.engine import Controller
+from fleetgate.rollout import notify, progress, report_data, signing
+from fleetgate.rollout.engine import Controller, require_secrets
 from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal
 from fleetgate.rollout.lease import LeaseHeld, holder
+from fleetgate.rollout.plan import drain_warnings
 from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
@@ -48,6 +50,7 @@ from fleetgate.rollout.status import (
     iso,
     summary,
 )
+from fleetgate.site import current_site
 
 app = typer.Typer(help="Staged rollouts: canary pools and waves, gates, budgets, halt.",
                   no_args_is_help=True)
@@ -73,7 +76,8 @@ LogFormatOpt = Annotated[LogFormat, typer.Option(
     "--log-format", help="Progress lines: text, or json (one object per line, for log "
     "shippers). On a terminal, text is a live view instead.", case_sensitive=False)]
 HeartbeatOpt = Annotated[float, typer.Option(
-    "--heartbeat", min=1, max=60, help="Seconds between heartbeat lines while a phase runs.")]
+    "--heartbeat", min=1, max=60, callback=finite,
+    help="Seconds between heartbeat lines while a phase runs.")]
 IdArg = Annotated[str, typer.Argument(help="Rollout id (see `rollout list`).")]
 MetricsOpt = Annotated[Path | None, typer.Option(
     "--metrics-file", help="Keep a node_exporter textfile (*.prom) of the rollout up to date.")]
@@ -139,12 +143,17 @@ def plan(
                       ] = None,
 ) -> None:
     """Dry run: resolve hosts and waves, print budgets, window and gates, write the artifact
-    that `rollout start` takes. Touches no host."""
+    that `rollout start` takes. Touches no host.
+
+    The artifact carries a MAC keyed by this state dir (keys/artifact.key, made on first
+    use): `start` refuses it if edited, or on another state dir unless signed (`rollout
+    sign`)."""
     form = fmt(as_json, _output_value(output))
     doc = artifacts.build(plan_file, inventory)
     path = artifacts.write(doc, out)
+    warnings = drain_warnings(doc["plan"].get("drain"))
     if form is Output.json:
-        print_json({**doc, "artifact": str(path)})
+        print_json({**doc, "artifact": str(path), "warnings": warnings})
         return
     p = doc["plan"]
     if form is Output.table:
@@ -157,6 +166,8 @@ def plan(
             form, title=f"rollout plan {p['name']}")
     for n in doc["notes"]:
         console.print(f"note: {esc(n)}")
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {esc(w)}")
     console.print(f"change: {esc(p['change']['playbook'])} {esc(p['change']['extra_vars'])}")
     console.print(f"  target: {esc(_target_text(p['change']['target']))}")
     console.print(f"on failure: {p['on_failure']}"
@@ -183,6 +194,8 @@ def plan(
         console.print("approvals before waves: "
                       + ", ".join(map(str, p["approvals"]["before_waves"])))
     console.print(f"artifact: {esc(path)}")
+    if current_site().config.security.require_signed_artifacts:
+        console.print(f"sign it before start: fleetgate rollout sign {esc(path)} --key KEY")
 
 
 def _check_telemetry(metrics_file: Path | None, webhook: str | None) -> None:
@@ -254,6 +267,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
     "--id kernel-57-tue",
     "fleetgate rollout start plan.yml --log-format json --metrics-file /var/lib/node_exporter/"
     "fleetgate.prom",
+    "fleetgate rollout start kernel-57.json   # kernel-57.json.sig beside it: signed by CI",
 ], EXITS_RUN)
 def start(
     plan_file: Annotated[Path, typer.Argument(help="Plan artifact (from `rollout plan`) or a "
@@ -262,7 +276,8 @@ def start(
         "--inventory", "-i", help="Overrides a plan YAML's inventory (not an artifact's).")
                          ] = None,
     rollout_id: Annotated[str | None, typer.Option("--id", help="Choose the rollout id.")] = None,
-    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, help="Lease TTL in seconds.")
+    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, callback=finite,
+                                                   help="Lease TTL in seconds.")
                          ] = 30.0,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -273,10 +288,16 @@ def start(
 ) -> None:
     """Start a rollout and drive it to completed, halted or aborted, printing one timestamped
     line per transition (wave, host, phase, gate verdict, budget used) and a heartbeat while a
-    phase runs."""
+    phase runs.
+
+    An artifact runs only if it is authentic (this state dir's MAC, or an ARTIFACT.sig by a
+    key in the site's security.allowed_signers; only the signature with
+    security.require_signed_artifacts) and passes every check planning ran, against the
+    live inventory. Otherwise: exit 2, nothing ran."""
     out = fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
-    doc = artifacts.load(plan_file, inventory)
+    doc, trust = artifacts.load(plan_file, inventory)
+    require_secrets(doc["plan"], str(plan_file))  # before the rollout is in the journal
     rid = artifacts.check_id(rollout_id) if rollout_id else artifacts.new_id(doc["plan"]["name"])
     j = _journal()
     if j.rollout(rid) is not None:
@@ -289,10 +310,12 @@ def start(
         raise LeaseHeld(f"held by controller pid {h['pid']} on {h['host']} (rollout "
                         f"{h['rollout']})", source=scope)
     j.create_rollout(rid, doc["plan"]["name"], doc["inventory"], doc, doc["waves"])
-    # Who started it, from which fleetgate: what a change ticket must state.
-    j.event(rid, "started", {"by": operator(), "git": git_revision()})
+    # Who started it, from which fleetgate, on what proof of the artifact: what a change
+    # ticket must state.
+    j.event(rid, "started", {"by": operator(), "git": git_revision(), "artifact": trust})
     first = {"ts": iso(time.time()), "rollout": rid, "event": "log",
-             "text": f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves"}
+             "text": f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves "
+                     f"(artifact {trust})"}
     progress.line_printer(log_format.value, len(doc["waves"]), _writer(out is Output.json))(
         first)
     _run(j, rid, resume=False, out=out, lease_ttl=lease_ttl, log_format=log_format,
@@ -306,7 +329,8 @@ def start(
 ], EXITS_RUN)
 def resume(
     rollout_id: IdArg,
-    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, help="Lease TTL in seconds.")
+    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, callback=finite,
+                                                   help="Lease TTL in seconds.")
                          ] = 30.0,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -449,6 +473,44 @@ def status(
     raise typer.Exit(EXIT_BY_STATE.get(s["state"], 0))
 
 
+@app.command()
+@documented([
+    "fleetgate rollout sign kernel-57.json --key ~/.ssh/id_ed25519",
+    "fleetgate rollout plan kernel-57.plan.yml --out kernel-57.json && fleetgate rollout sign "
+    "kernel-57.json --key ci_ed25519",
+], "0 signed, 2 bad input (the artifact fails its checks, the key cannot sign, or it is not "
+   "in allowed_signers; nothing written), 5 ssh-keygen missing or failed")
+def sign(
+    artifact: Annotated[Path, typer.Argument(help="Plan artifact written by `rollout plan`.")],
+    key: Annotated[Path, typer.Option("--key", help="SSH private key (or a public key whose "
+                                      "private half is in ssh-agent).")],
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Sign a plan artifact with an SSH key (ssh-keygen -Y sign, namespace fleetgate-plan),
+    writing ARTIFACT.sig beside it: how CI promotes a plan that any controller of the site
+    will start.
+
+    Signs only an artifact planned with this state dir's key, unedited, that passes every
+    check `rollout start` runs. Where the site names security.allowed_signers, the signature
+    is verified against it before it is written."""
+    out = fmt(as_json, output)
+    raw, _doc = artifacts.load_to_sign(artifact)
+    sig = signing.sign(raw, key, signing.ARTIFACT_NAMESPACE)
+    signers = current_site().allowed_signers
+    signer = (signing.verify(raw, sig, signers, signing.ARTIFACT_NAMESPACE, source=str(key))
+              if signers is not None else None)
+    path = signing.signature_path(artifact)
+    try:
+        path.write_text(sig)
+    except OSError as exc:
+        raise BadInput(f"cannot write: {exc.strerror}", source=path) from None
+    _ack(out, {"artifact": str(artifact), "signature": str(path),
+               "signer": signer.principal if signer else None,
+               "fingerprint": signer.fingerprint if signer else None},
+         f"signed {artifact}: {path}" + (f" by {signer}" if signer else ""))
+
+
 def _ack(out: Output, doc: dict[str, Any], text: str) -> None:
     if out is Output.json:
         print_json(doc)
@@ -460,15 +522,26 @@ def _ack(out: Output, doc: dict[str, Any], text: str) -> None:
 @documented([
     "fleetgate rollout approve kernel-57-20261201-0930-ab12 --wave 2 --reason "
     "\"canary wave clean, CHG-1234\"",
-])
+    "fleetgate rollout approve kernel-57-20261201-0930-ab12 --wave 2 --reason CHG-1234 "
+    "--sign-key ~/.ssh/id_ed25519",
+], "0 approved, 1 error, 2 bad input (no such rollout or wave, no reason, a signature that "
+   "does not verify; nothing recorded), 5 ssh-keygen missing or failed")
 def approve(
     rollout_id: IdArg,
     wave: Annotated[int, typer.Option("--wave", min=1, help="The wave to let start.")],
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the journal).")],
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", help="Sign the approval with this SSH key; verified against the site's "
+        "security.allowed_signers.")] = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Approve a manual gate before a wave."""
+    """Approve a manual gate before a wave.
+
+    The journal records who approved: with --sign-key, the allowed_signers principal and key
+    fingerprint of a verified signature over the rollout, wave, reason and time (namespace
+    fleetgate-approve); without, the local account, marked unverified. A site with
+    security.require_signed_approvals refuses an approval without --sign-key."""
     out = fmt(as_json, output)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
@@ -479,9 +552,33 @@ def approve(
                        field=str(wave))
     if not reason.strip():
         raise BadInput("an approval needs a reason", source="--reason")
-    j.request(rollout_id, "approve", reason.strip(), wave=wave)
-    _ack(out, {"rollout": rollout_id, "approved_wave": wave, "reason": reason.strip()},
-         f"wave {wave} of {rollout_id} approved")
+    by, proof = _approval_proof(rollout_id, wave, reason.strip(), sign_key)
+    by = j.request(rollout_id, "approve", reason.strip(), wave=wave, by=by, proof=proof)
+    _ack(out, {"rollout": rollout_id, "approved_wave": wave, "reason": reason.strip(),
+               "by": by, "signed": proof is not None},
+         f"wave {wave} of {rollout_id} approved by {by}")
+
+
+def _approval_proof(rid: str, wave: int, reason: str, key: Path | None
+                    ) -> tuple[str | None, dict[str, Any] | None]:
+    """A signed approval's signer and what re-verifies it later; (None, None) unsigned."""
+    site = current_site()
+    if key is None:
+        if site.config.security.require_signed_approvals:
+            raise BadInput("this site takes only signed approvals (security."
+                           "require_signed_approvals); pass --sign-key KEY", source="--sign-key")
+        return None, None
+    signers = site.allowed_signers
+    if signers is None:
+        raise BadInput("a signature needs security.allowed_signers in the site's fleetgate.yml "
+                       "to be checked against", source="--sign-key")
+    signed_at = datetime.now(UTC).isoformat(timespec="seconds")
+    message = signing.approval_message(rid, wave, reason, signed_at)
+    sig = signing.sign(message, key, signing.APPROVAL_NAMESPACE, source="--sign-key")
+    signer = signing.verify(message, sig, signers, signing.APPROVAL_NAMESPACE,
+                            source="--sign-key")
+    return str(signer), {"principal": signer.principal, "fingerprint": signer.fingerprint,
+                         "signed_at": signed_at, "signature": sig}
 
 
 @app.command()
@@ -503,7 +600,7 @@ def abort(
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
         raise FleetgateError(f"rollout is already {row.state}", source=rollout_id)
-    j.request(rollout_id, "abort", reason)
+    by = j.request(rollout_id, "abort", reason)
     h = holder(j, f"rollout:{rollout_id}")
     if h and h["alive"]:
         _ack(out, {"rollout": rollout_id, "abort": "requested", "controller_pid": h["pid"]},
@@ -521,8 +618,7 @@ def abort(
     for x, r in j.hosts(rollout_id).items():
         if r.state == "pending":
             j.set_host(rollout_id, x, "skipped", f"rollout aborted: {reason}")
-    j.set_rollout(rollout_id, "aborted", reason=f"aborted by {os.environ.get('USER', '?')}: "
-                  f"{reason}")
+    j.set_rollout(rollout_id, "aborted", reason=f"aborted by {by}: {reason}")
     s = summary(j, rollout_id)
     if out is Output.json:
         print_json(s)

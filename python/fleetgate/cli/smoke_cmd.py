@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fleetgate.cli.options import InventoryOpt, inventory_sources
+from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
 from fleetgate.cli.output import (
     JsonFlag,
     Output,
@@ -20,6 +20,7 @@ from fleetgate.cli.output import (
     print_rows,
 )
 from fleetgate.errors import BadInput
+from fleetgate.inputs import read_input
 from fleetgate.smoke import parsers
 from fleetgate.smoke.model import parse_probe_output
 from fleetgate.smoke.runner import load_results, run_smoke
@@ -48,8 +49,7 @@ def _stderr(text: str) -> None:
 def run(
     ctx: typer.Context,
     inventory: InventoryOpt = None,
-    limit: Annotated[str | None, typer.Option("--limit", "-l",
-                                              help="Ansible host pattern.")] = None,
+    limit: LimitOpt = None,
     node_class: Annotated[str | None, typer.Option("--class",
                                                    help="Only hosts of this class.")] = None,
     only: Annotated[str | None, typer.Option(
@@ -108,14 +108,7 @@ def parse(
     if kind != "probe" and kind not in parsers.KINDS:
         raise BadInput(f"unknown kind (known: probe, {', '.join(sorted(parsers.KINDS))})",
                        source="KIND", field=kind)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput("no such file", source=file) from None
-    except IsADirectoryError:
-        raise BadInput("is a directory", source=file) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", source=file) from None
+    text = read_input(file)  # a FIFO or device is refused, never read
     if kind == "probe":
         print_json(parse_probe_output(text, source=str(file)).model_dump(mode="json"))
         return

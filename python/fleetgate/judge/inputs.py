@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
+from fleetgate.inputs import read_input
 from fleetgate.judge.model import METRIC_NAME_RE, samples
 from fleetgate.smoke import parsers
 from fleetgate.smoke.model import CheckResult
@@ -28,18 +29,7 @@ _PLAIN_SAMPLES = {"gemm": "tflops"}
 
 
 def _read(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise BadInput(f"larger than {MAX_BYTES // (1024 * 1024)} MiB", source=path)
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput("no such file", source=path) from None
-    except IsADirectoryError:
-        raise BadInput("is a directory, not a sample file", source=path) from None
-    except UnicodeDecodeError:
-        raise BadInput("not UTF-8 text", source=path) from None
-    except OSError as exc:
-        raise BadInput(f"cannot read: {exc.strerror}", source=path) from None
+    return read_input(path, max_bytes=MAX_BYTES)  # a FIFO or device is refused, never read
 
 
 def _from_smoke(doc: dict[str, Any], path: Path) -> dict[str, list[float]]:
@@ -111,6 +101,8 @@ def load_samples(path: Path) -> dict[str, list[float]]:
         raise BadInput("empty file", source=path)
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise BadInput("JSON nested too deeply", source=path) from None
     except json.JSONDecodeError as exc:
         if text.lstrip()[:1] in ("{", "["):
             raise BadInput(f"not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.errors import BadInput, LabError, ToolError
-from fleetgate.lab import container_hosts, vm_hosts
+from fleetgate.lab import container_hosts, slurm, vm_hosts
 from fleetgate.lab.faults import heal, inject
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.keys import (
@@ -27,7 +27,7 @@ from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import Podman
 from fleetgate.system.procs import pid_alive, run
-from fleetgate.system.recipes import vm_recipe
+from fleetgate.system.recipes import import_base, slurm_recipe, vm_recipe
 
 CONTAINER_SSH_TIMEOUT = 60.0
 VM_SSH_TIMEOUT = 300.0  # TCG boots take ~20 s idle, far longer on a busy 2-core machine
@@ -99,9 +99,16 @@ def up(
     container_image: str | None = None,
     vm_rootfs: Path | None = None,
     vm_image: str | None = None,
+    with_slurm: bool = False,
 ) -> LabState:
     if containers < 0 or vms < 0 or containers + vms == 0:
         raise BadInput("need at least one host, and no negative counts", source="--containers")
+    if with_slurm and containers == 0:
+        raise BadInput("a Slurm cluster runs on container hosts; give --containers 1 or more",
+                       source="--slurm")
+    if with_slurm and container_image is not None:
+        raise BadInput("Slurm hosts start from the lab's Slurm base image, not a golden image; "
+                       "drop --image for container hosts or --slurm", source="--slurm")
     existing = load_state(paths.state)
     if existing is not None and existing.hosts:
         raise LabError(f"a lab is already up in {paths.root}; run `fleetgate lab down` first",
@@ -119,7 +126,8 @@ def up(
     ports: set[int] = set()
     try:
         if containers:
-            image = container_image or container_hosts.ensure_base_image(podman, cnc)
+            image = (import_base(podman, slurm_recipe(cnc)) if with_slurm
+                     else container_image or container_hosts.ensure_base_image(podman, cnc))
             state.hosts += _plan_hosts(
                 paths, containers, "container", cnc, image, "lab-c", ports, 0)
         if vms:
@@ -143,6 +151,11 @@ def up(
             ]
             for w in waits:
                 w.result()
+        if with_slurm:
+            state.slurm = slurm.start(podman, paths,
+                                      [h for h in state.hosts if h.kind == "container"])
+            save_state(paths.state, state)
+            write_inventory(paths, state)
     except BaseException:
         # Never strand half a lab: whatever started is taken down again.
         down(paths)

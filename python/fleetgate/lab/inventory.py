@@ -33,7 +33,14 @@ def inventory_dict(paths: LabPaths, state: LabState) -> dict[str, Any]:
             "fleetgate_class": h.node_class,
             "fleetgate_lab_kind": h.kind,
         }
-        for group in (class_group(h.node_class), h.pool, f"lab_{h.kind}s"):
+        groups = [class_group(h.node_class), h.pool, f"lab_{h.kind}s"]
+        if state.slurm is not None and h.name in state.slurm.nodes:
+            # What drain.yml reads: the node's Slurm name, and the inventory host that runs
+            # slurmctld (scontrol is run there, never on the node).
+            hosts[h.name]["fleetgate_slurm_node"] = h.name
+            hosts[h.name]["fleetgate_slurm_controller"] = state.slurm.controller
+            groups.append("slurm_nodes")
+        for group in groups:
             children.setdefault(group, {"hosts": {}})["hosts"][h.name] = None
     common_args = " ".join(ssh_options(paths)[2:])
     if state.control_dir:

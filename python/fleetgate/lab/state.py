@@ -33,12 +33,22 @@ class LabHost(BaseModel):
     faults: list[FaultKind] = Field(default_factory=list)
 
 
+class SlurmCluster(BaseModel):
+    """`lab up --slurm`: slurmctld on `controller`, slurmd on every one of `nodes`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    controller: HostName
+    nodes: list[HostName]
+
+
 class LabState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lab_id: str
     control_dir: str | None = None
     hosts: list[LabHost] = Field(default_factory=list)
+    slurm: SlurmCluster | None = None
 
     def host(self, name: str) -> LabHost:
         for h in self.hosts:

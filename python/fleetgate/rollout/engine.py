@@ -21,16 +21,20 @@ from fleetgate.errors import FleetgateError
 from fleetgate.rollout import before, budgets, canary_gate, gates, measure, reconcile, worker
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
-from fleetgate.rollout.plan import RolloutPlan, classes_path, playbook_path
+from fleetgate.rollout.plan import RolloutPlan, classes_path, drain_of, playbook_path
 from fleetgate.rollout.waves import Assignment, Host
-from fleetgate.runner.ansible import state_dir
+from fleetgate.runner import secret_vars
+from fleetgate.runner.ansible import SECRET_VARS_FILE
+from fleetgate.runner.private_state import private_dirs, private_state_dir, private_umask
+from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.runner import run_smoke
 
 POLL_S = 1.0
-# Drain and undrain playbooks (the plan's drain section) get this long per batch: the same
-# limit in all three places, so a slow drain fails the same way wherever it runs.
-DRAIN_TIMEOUT_S = 600
+# A drain batch may run this long beyond the plan's drain.timeout_s (the wait on the node
+# itself, which the drain task enforces and reports): Ansible's own start-up and the scheduler
+# commands around the wait. The same limit wherever a drain or undrain runs.
+DRAIN_OVERHEAD_S = 300
 
 
 class LeaseLost(FleetgateError):
@@ -52,8 +56,19 @@ def assignment_of(artifact: dict[str, Any]) -> Assignment:
     return Assignment([list(w) for w in artifact["waves"]], hosts, list(artifact.get("notes", [])))
 
 
+def require_secrets(plan: RolloutPlan | dict[str, Any], where: str) -> None:
+    """Every secret var of the plan (or an artifact's plan) readable here and now, before
+    any host is touched: a start or resume from a shell without the variable is bad input,
+    not a failed batch. Reading them also teaches this process's redactor their values."""
+    if not isinstance(plan, RolloutPlan):
+        plan = RolloutPlan.model_validate(plan)
+    for section, part in (("change", plan.change), ("rollback", plan.rollback)):
+        if part is not None:
+            secret_vars.resolve(part.secret_vars, source=where, section=section)
+
+
 def rollout_dir(rid: str) -> Path:
-    return state_dir() / "rollouts" / rid
+    return private_state_dir() / "rollouts" / rid
 
 
 class Controller:
@@ -69,8 +84,9 @@ class Controller:
         self.a = assignment_of(row.artifact)
         self.inventory = Path(row.inventory)
         self.limits = budgets.limits(self.plan, self.a)
-        self.dir = rollout_dir(rid)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.drain = drain_of(self.plan)
+        require_secrets(self.plan, f"rollout {rid}")
+        self.dir = private_dirs(rollout_dir(rid))
         self.lease = Lease(journal, rid, [f"rollout:{rid}", f"inventory:{row.inventory}"],
                            ttl_s=lease_ttl_s)
         self.interrupted = False
@@ -82,6 +98,7 @@ class Controller:
 
     # ------------------------------------------------------------------------ entry points
 
+    @private_umask()  # the controller writes only state (batch dirs, specs, run dirs)
     def run(self, *, resume: bool = False) -> str:
         notes = self.lease.acquire()
         for n in notes:
@@ -232,7 +249,7 @@ class Controller:
         """pending -> (draining) -> applying -> verifying -> healthy | failure handling."""
         rows = self.rows()
         todo = [h for h in hosts if rows[h].state == "pending"]
-        if self.plan.drain is not None and todo:
+        if self.drain is not None and todo:
             self.j.set_hosts(self.rid, todo, "draining")
             todo = self._drain_stage(todo, k)
         if todo:
@@ -243,10 +260,18 @@ class Controller:
         if todo:
             self._verify_stage(todo, k)
 
+    def _drain_run(self, kind: str, hosts: list[str], k: int) -> dict[str, dict[str, Any]] | None:
+        """A drain or undrain batch. The reason the hosts carry while drained names this
+        rollout and its change, so undrain resumes only what this rollout drained."""
+        assert self.drain is not None
+        playbook = self.drain.drain_playbook if kind == "drain" else self.drain.undrain_playbook
+        return self._stage(kind, hosts, k, playbook, {
+            "fleetgate_rollout_id": self.rid, "fleetgate_change": self.plan.change.playbook,
+            "fleetgate_drain_timeout": self.drain.timeout_s,
+        }, self.drain.timeout_s + DRAIN_OVERHEAD_S)
+
     def _drain_stage(self, hosts: list[str], k: int) -> list[str]:
-        assert self.plan.drain is not None
-        res = self._stage("drain", hosts, k, self.plan.drain.drain_playbook, {},
-                          DRAIN_TIMEOUT_S)
+        res = self._drain_run("drain", hosts, k)
         ok, failed = self._split(res, hosts, "drain")
         if failed:
             self._fail(list(failed), k, failed, apply_started=False)
@@ -255,7 +280,7 @@ class Controller:
     def _apply_stage(self, hosts: list[str], k: int) -> list[str]:
         c = self.plan.change
         res = self._stage("apply", hosts, k, c.playbook, dict(c.extra_vars),
-                          c.timeout_s, c.classes)
+                          c.timeout_s, c.classes, c.secret_vars)
         ok, failed = self._split(res, hosts, "apply")
         if failed:
             self._fail(list(failed), k, failed)
@@ -277,9 +302,8 @@ class Controller:
         self._healthy(good, k)
 
     def _healthy(self, hosts: list[str], k: int) -> None:
-        if hosts and self.plan.drain is not None:
-            res = self._stage("undrain", hosts, k,
-                              self.plan.drain.undrain_playbook, {}, DRAIN_TIMEOUT_S)
+        if hosts and self.drain is not None:
+            res = self._drain_run("undrain", hosts, k)
             hosts, failed = self._split(res, hosts, "undrain")
             for h, why in failed.items():
                 # Verified but still out of service: say so rather than call it healthy.
@@ -298,9 +322,8 @@ class Controller:
         if self.plan.on_failure != "rollback" or not apply_started:
             for h in hosts:
                 self.j.set_host(self.rid, h, "failed_held", reasons[h])
-            if redrain and self.plan.drain is not None:
-                self._stage("drain", hosts, k, self.plan.drain.drain_playbook, {},
-                            DRAIN_TIMEOUT_S)
+            if redrain and self.drain is not None:
+                self._drain_run("drain", hosts, k)
             return
         self._rollback(hosts, k, reasons)
 
@@ -315,7 +338,7 @@ class Controller:
                 self.j.set_host(self.rid, h, "rolling_back", reasons[h])
         if res is None:
             res = self._stage("rollback", hosts, k, rb.playbook,
-                              dict(rb.extra_vars), rb.timeout_s, rb.classes)
+                              dict(rb.extra_vars), rb.timeout_s, rb.classes, rb.secret_vars)
         ok, failed = self._split(res, hosts, "rollback")
         for h, why in failed.items():
             self.j.set_host(self.rid, h, "failed_held", f"{reasons[h]}; rollback failed: {why}")
@@ -367,7 +390,8 @@ class Controller:
         return ok, failed
 
     def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
-               extravars: dict[str, Any], timeout: int, classes: str | None = None
+               extravars: dict[str, Any], timeout: int, classes: str | None = None,
+               secrets: dict[str, SecretRef] | None = None
                ) -> dict[str, dict[str, Any]] | None:
         """Run one worker for `hosts` and wait for it; host -> outcome (None: no result).
         The artifact's paths are checked again here, as at planning: the site's tree may have
@@ -377,14 +401,13 @@ class Controller:
         classes_dir = (classes_path(classes, source=where, field=f"{kind}.classes")
                        if classes else None)
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
-        bdir = self.dir / "batches" / bid
-        bdir.mkdir(parents=True)
+        bdir = private_dirs(self.dir / "batches" / bid)
         self.j.start_batch(bid, self.rid, k, kind, hosts, bdir)
         pid = worker.spawn(bdir, {
             "rollout_id": self.rid, "batch_id": bid, "wave": k, "journal": str(self.j.path),
             "inventory": str(self.inventory), "playbook": str(playbook),
             "limit": ",".join(hosts), "extravars": extravars, "forks": len(hosts),
-            "timeout": timeout,
+            "timeout": timeout, "secret_vars": dict(secrets or {}),
             "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {}})
         self.j.batch_spawned(bid, self.rid, pid)
         doc = worker.wait(bdir, spawned_pid=pid)
@@ -405,6 +428,10 @@ class Controller:
         return out
 
     def _close_batch(self, bid: str, k: int, bdir: Path, doc: dict[str, Any] | None) -> None:
+        # A worker killed mid-run could not delete its run's secret-vars file: the batch is
+        # over, so no run needs it any more.
+        for leftover in bdir.glob(f"runs/*/{SECRET_VARS_FILE}"):
+            leftover.unlink(missing_ok=True)
         summary: dict[str, Any] = {"dir": str(bdir)}
         if doc is None:
             summary["error"] = "the worker ended without a result"

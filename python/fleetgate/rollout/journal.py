@@ -6,12 +6,18 @@ and smoke verdict is kept, so `rollout history` replays a rollout and `rollout r
 exactly which hosts were in flight. Several processes write to it (the controller, its batch
 workers, `approve`/`abort` from an operator's shell): WAL lets readers run beside one writer,
 and the busy timeout serialises writers.
+
+The database is 0600 in 0700 directories (it holds every host's failure output), and every
+event and reason passes the redactor first (runner/redact.py), so a secret var's value or a
+`password=...` in a task's message never reaches it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pwd
 import sqlite3
 import threading
 import time
@@ -21,7 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from fleetgate.runner.ansible import state_dir
+from fleetgate.errors import BadInput
+from fleetgate.inputs import file_kind
+from fleetgate.runner import redact
+from fleetgate.runner.private_state import make_private, private_dirs, private_state_dir
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts(
@@ -68,8 +77,25 @@ def host_state(text: str) -> HostState:
     raise ValueError(f"journal holds an unknown host state {text!r}")
 
 
+def _account() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (a container)
+        return str(os.getuid())
+
+
 def default_path() -> Path:
-    return state_dir() / "rollouts" / "journal.db"
+    return private_state_dir() / "rollouts" / "journal.db"
+
+
+def _open_private(path: Path) -> None:
+    """The database file made 0600 before SQLite opens it: SQLite creates its -wal and -shm
+    files with the database's mode. A journal from before this rule is made private once."""
+    private_dirs(path.parent)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if p.exists():
+            make_private(p)
 
 
 @dataclass(frozen=True)
@@ -97,24 +123,67 @@ class HostRow:
     updated_at: float
 
 
+@functools.cache
+def _schema_columns() -> dict[str, set[str]]:
+    """Every table of SCHEMA and its columns, as SQLite itself reads SCHEMA."""
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.executescript(SCHEMA)
+        tables = [r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type='table'"
+                                            " AND name NOT LIKE 'sqlite_%'")]
+        return {t: {r[1] for r in mem.execute(f"PRAGMA table_info({t})")} for t in tables}
+    finally:
+        mem.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """The journal database, opened and checked; anything that is not one is one line of
+    BadInput (exit 2), never an sqlite3 traceback. A FIFO or device in its place is refused
+    before SQLite opens it: reading one would block forever."""
+    def not_a_journal(why: object) -> BadInput:
+        return BadInput(f"not a fleetgate journal ({' '.join(str(why).split())})", source=path)
+
+    try:
+        if path.exists() and not path.is_file():
+            raise not_a_journal(file_kind(path.stat().st_mode))
+        _open_private(path)
+        # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE), so a
+        # read-then-write (the lease) cannot interleave with another process's write.
+        db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    except OSError as exc:
+        raise BadInput(f"cannot open the journal: {exc.strerror or exc}", source=path) from None
+    except sqlite3.Error as exc:
+        raise not_a_journal(exc) from None
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a transition the controller acted on must survive a power cut, not just a crash.
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA busy_timeout=30000")
+        db.executescript(SCHEMA)
+        for table, columns in _schema_columns().items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            if not columns <= have:
+                missing = ", ".join(sorted(columns - have))
+                raise not_a_journal(f"its table {table} has no column {missing}; "
+                                    "a database of something else, or of another version")
+    except sqlite3.Error as exc:
+        db.close()
+        raise not_a_journal(exc) from None
+    except BadInput:
+        db.close()
+        raise
+    return db
+
+
 class Journal:
     def __init__(self, path: Path | None = None):
         self.path = path or default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         # Called after each committed event written through this handle (metrics file,
         # webhooks): listeners see only what is already durable.
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self._pending: list[dict[str, Any]] = []
-        # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE), so a
-        # read-then-write (the lease) cannot interleave with another process's write.
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # FULL: a transition the controller acted on must survive a power cut, not just a crash.
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(SCHEMA)
+        self._db = _connect(self.path)
 
     def close(self) -> None:
         self._db.close()
@@ -139,11 +208,12 @@ class Journal:
                     self._listener_error(event, exc)
 
     def _listener_error(self, event: dict[str, Any], exc: Exception) -> None:
+        error = redact.text(f"{type(exc).__name__}: {exc}")[:500]
         with self._lock:
             self._db.execute("INSERT INTO events(rollout_id, ts, kind, host, wave, data)"
                              " VALUES (?,?,?,?,?,?)",
                              (event["rollout_id"], time.time(), "listener_error", None, None,
-                              json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500],
+                              json.dumps({"error": error,
                                           "on": event["kind"]})))
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -184,6 +254,7 @@ class Journal:
         with self.tx() as db:
             cur = db.execute("SELECT wave FROM rollouts WHERE id=?", (rid,)).fetchone()
             w = cur[0] if wave is None else wave
+            phase, reason = redact.text(phase), redact.text(reason)
             db.execute("UPDATE rollouts SET state=?, wave=?, phase=?, reason=?, resumable=?,"
                        " updated_at=? WHERE id=?",
                        (state, w, phase, reason, int(resumable), time.time(), rid))
@@ -206,6 +277,7 @@ class Journal:
         """One transition for several hosts, in one transaction (one fsync for a batch)."""
         assert state in HOST_STATES, state
         now = time.time()
+        reason = redact.text(reason)
         with self.tx() as db:
             for host in hosts:
                 row = db.execute("SELECT state, wave FROM hosts WHERE rollout_id=? AND host=?",
@@ -221,6 +293,7 @@ class Journal:
     def _event(self, db: sqlite3.Connection, rid: str, kind: str, host: str | None,
                wave: int | None, data: dict[str, Any]) -> None:
         ts = time.time()
+        data = redact.data(data)
         cur = db.execute("INSERT INTO events(rollout_id, ts, kind, host, wave, data)"
                          " VALUES (?,?,?,?,?,?)",
                          (rid, ts, kind, host, wave, json.dumps(data, default=str)))
@@ -284,12 +357,19 @@ class Journal:
 
     # ---------------------------------------------------------------------------- requests
 
-    def request(self, rid: str, kind: str, reason: str, *, wave: int | None = None) -> None:
-        by = f"{os.environ.get('USER') or os.getuid()}@{os.uname().nodename}"
+    def request(self, rid: str, kind: str, reason: str, *, wave: int | None = None,
+                by: str | None = None, proof: dict[str, Any] | None = None) -> str:
+        """Record an operator's request; returns who it is recorded as. `by` is a verified
+        signer (`principal (SHA256:…)`, with the signature in `proof`); without one, the
+        local account, marked unverified: $USER is whatever the caller's shell says, and even
+        the uid only says which account typed the command."""
+        by = by or f"{_account()}@{os.uname().nodename} (unverified)"
         with self.tx() as db:
             db.execute("INSERT INTO requests(rollout_id, kind, wave, reason, by, ts)"
                        " VALUES (?,?,?,?,?,?)", (rid, kind, wave, reason, by, time.time()))
-            self._event(db, rid, kind, None, wave, {"reason": reason, "by": by})
+            self._event(db, rid, kind, None, wave,
+                        {"reason": reason, "by": by, **({"proof": proof} if proof else {})})
+        return by
 
     def requests(self, rid: str, kind: str) -> list[dict[str, Any]]:
         return [{"wave": r[0], "reason": r[1], "by": r[2], "ts": r[3]} for r in self.query(

@@ -3,7 +3,8 @@
 Validated like a node class (strict types, unknown keys rejected, one-line errors naming the
 field). Paths to playbooks are resolved against the repository, never taken from anywhere a
 plan could smuggle a command in; extra vars are checked against the same key/value rules as
-`fleet play -e`.
+`fleet play -e`, and none may set how Ansible reaches a host (rollout/var_policy.py). A
+secret is never in a plan: `secret_vars` says where its value is read at run time.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pydantic import (
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
+from fleetgate.rollout.var_policy import check_key
+from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.site import content_root, current_site
 from fleetgate.smoke.thresholds import CHECKS, Check
 from fleetgate.spec.loader import (
@@ -78,6 +81,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def _check_var_key(key: Any, where: str) -> None:
+    """A name a plan may give Ansible: a lower-case identifier, and nothing that reconfigures
+    how hosts are reached or shadows Ansible's own variables (rollout/var_policy.py)."""
+    if not isinstance(key, str) or not re.fullmatch(VAR_KEY_RE, key):
+        raise ValueError(f"{where} key {key!r} is not a lower-case identifier")
+    check_key(key, where)
+
+
 def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
     """Extra vars reach Ansible as data, but they also end up in templates and command lines
     of roles: only scalars (and lists of scalars) of a conservative character set get in."""
@@ -87,8 +98,7 @@ def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
         return isinstance(v, str) and SAFE_VALUE_RE.fullmatch(v) is not None
 
     for key, v in value.items():
-        if not isinstance(key, str) or not re.fullmatch(VAR_KEY_RE, key):
-            raise ValueError(f"{where} key {key!r} is not a lower-case identifier")
+        _check_var_key(key, where)
         items = v if isinstance(v, list) else [v]
         if not all(ok_scalar(i) for i in items):
             raise ValueError(f"{where}.{key}: only numbers, booleans and strings of "
@@ -126,6 +136,10 @@ class Target(_Strict):
 class Change(_Strict):
     playbook: Playbook
     extra_vars: dict[str, Any] = Field(default_factory=dict)
+    # Where each secret's value comes from at run time ({env: NAME} or {file: /path}); the
+    # plan, its artifact and the journal only ever hold these references
+    # (runner/secret_vars.py).
+    secret_vars: dict[str, SecretRef] = Field(default_factory=dict)
     # A node-class directory for this run only: how a new class version (a new golden image's
     # pins) reaches the hosts of one batch while the inventory still says the old one.
     classes: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]{1,200}$")] | None = None
@@ -135,6 +149,10 @@ class Change(_Strict):
     @model_validator(mode="after")
     def _vars(self) -> Change:
         _check_vars(self.extra_vars, "extra_vars")
+        for key in self.secret_vars:
+            _check_var_key(key, "secret_vars")
+            if key in self.extra_vars:
+                raise ValueError(f"secret_vars.{key}: also set in extra_vars; give it once")
         return self
 
 
@@ -250,8 +268,34 @@ class Approvals(_Strict):
 
 
 class Drain(_Strict):
+    """Take each host out of service before its change and back after every gate passed
+    (playbooks/drain.yml, undrain.yml: Slurm from the slurmctld host, Kubernetes from a
+    control host). A host that fails stays drained: that is what `failed_held` holds it with."""
+
     drain_playbook: Playbook = "playbooks/drain.yml"
     undrain_playbook: Playbook = "playbooks/undrain.yml"
+    # How long a host's work may take to leave (Slurm jobs to end, pods to be evicted). Past
+    # it the drain has failed: nothing is applied, the host is put back in service, and it
+    # counts against the budgets like any failed host.
+    timeout_s: Annotated[int, Field(ge=1, le=7 * 86400)] = 600
+
+
+# Without a drain section a failed host is only recorded as failed_held: nothing takes it out
+# of its scheduler. `drain: none` says that is intended (hosts no scheduler runs work on).
+NO_DRAIN = "none"
+NO_DRAIN_WARNING = ("the plan has no drain section: a failed host stays in service (its "
+                    "scheduler keeps sending it work); add `drain: {}` to drain hosts, or "
+                    "`drain: none` to say they need none")
+
+
+def drain_of(plan: RolloutPlan) -> Drain | None:
+    """The plan's drain section, or None when hosts are not drained (no section, or none)."""
+    return plan.drain if isinstance(plan.drain, Drain) else None
+
+
+def drain_warnings(drain: Drain | str | dict[str, Any] | None) -> list[str]:
+    """What `rollout plan` warns about a plan's drain section (a model, or an artifact's)."""
+    return [NO_DRAIN_WARNING] if drain is None else []
 
 
 class Rollback(Change):
@@ -272,7 +316,7 @@ class RolloutPlan(_Strict):
     window: Window | None = None
     on_failure: Literal["halt", "rollback"] = "halt"
     approvals: Approvals = Field(default_factory=Approvals)
-    drain: Drain | None = None
+    drain: Drain | Literal["none"] | None = None
     # Canary analysis: canaries' smoke metrics against baseline hosts (or themselves before
     # the change), judged per metric; see rollout/canary.py.
     canary: CanarySection | None = None
@@ -374,7 +418,14 @@ def _with_class_target(plan: RolloutPlan, section: Change, directory: Path | Non
 
 
 def load_plan(path: Path) -> RolloutPlan:
-    plan = load_model(path, RolloutPlan, "rollout plan")
+    return check_plan(load_model(path, RolloutPlan, "rollout plan"), path)
+
+
+def check_plan(plan: RolloutPlan, path: Path) -> RolloutPlan:
+    """What a valid plan must also pass against the tree (playbooks, class directories, the
+    class a target comes from), with `from_class` targets filled in. Planning runs it, and so
+    does loading an artifact (rollout/artifact.py): the tree may have moved in between, and
+    an artifact is a file someone could have edited."""
     playbook_path(plan.change.playbook, source=path, field="change.playbook")
     change_dir = (classes_path(plan.change.classes, source=path, field="change.classes")
                   if plan.change.classes is not None else None)
@@ -389,9 +440,9 @@ def load_plan(path: Path) -> RolloutPlan:
         update["rollback"] = _with_class_target(plan, plan.rollback, rollback_dir, source=path,
                                                 field="rollback")
     plan = plan.model_copy(update=update)
-    if plan.drain is not None:
-        playbook_path(plan.drain.drain_playbook, source=path, field="drain.drain_playbook")
-        playbook_path(plan.drain.undrain_playbook, source=path, field="drain.undrain_playbook")
+    if (drain := drain_of(plan)) is not None:
+        playbook_path(drain.drain_playbook, source=path, field="drain.drain_playbook")
+        playbook_path(drain.undrain_playbook, source=path, field="drain.undrain_playbook")
     return plan
 
 

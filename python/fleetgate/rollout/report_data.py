@@ -7,6 +7,7 @@ of a rollout tells the same story as `rollout history`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ from fleetgate.errors import BadInput
 from fleetgate.rollout import canary_gate
 from fleetgate.rollout.canary import CanarySection, GateVerdict, explain
 from fleetgate.rollout.journal import Journal, RolloutRow
+from fleetgate.runner import redact
 from fleetgate.smoke.model import CheckResult
 
 # Host states that are a step of the pipeline, drawn as a bar while the host is in them.
@@ -54,7 +56,9 @@ def load(j: Journal, rid: str) -> tuple[RolloutRow, list[dict[str, Any]]]:
     kinds = ("rollout", "started", "host", "batch", "smoke", "hoststate", "canary", "baseline",
              "soak", "approval_needed", "approve", "abort", "reconcile", "reconcile_host",
              "gate_retry", "notify_error", "listener_error")
-    return row, j.events(rid, kinds=kinds)
+    # The journal redacts what it stores; this pass covers journals written before it did.
+    events: list[dict[str, Any]] = redact.data(j.events(rid, kinds=kinds))
+    return dataclasses.replace(row, reason=redact.text(row.reason)), events
 
 
 def end_of(row: RolloutRow, events: list[dict[str, Any]]) -> float:

@@ -5,6 +5,10 @@ is killed, the worker finishes the hosts it started (an interrupted apt or initr
 worse than a late one) and leaves `result.json`. The resumed controller waits for a live
 worker, or reads its result, instead of applying a second time.
 
+The spec names the plan's secret vars by reference only; the worker reads their values from
+the environment it inherited (runner/secret_vars.py), and everything it writes (journal,
+result, its own log) passes the redactor with those values in it.
+
 Usage (by the controller only): python -m fleetgate.rollout.worker BATCH_DIR
 """
 
@@ -23,8 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetgate.errors import read_input, validation_error
 from fleetgate.rollout.journal import Journal
-from fleetgate.runner import ansible
+from fleetgate.runner import ansible, redact, secret_vars
 from fleetgate.runner.ansible import HostOutcome
+from fleetgate.runner.private_state import PRIVATE_UMASK, write_private
+from fleetgate.runner.secret_vars import SecretRef
 
 SPEC = "spec.json"
 PIDFILE = "worker.pid"
@@ -44,6 +50,8 @@ class BatchSpec(BaseModel):
     playbook: str
     limit: str
     extravars: dict[str, Any] = Field(default_factory=dict)
+    # References ({env: NAME} / {file: PATH}), never values: this file is on disk.
+    secret_vars: dict[str, SecretRef] = Field(default_factory=dict)
     forks: int = Field(ge=1)
     timeout: int = Field(ge=1)
     env: dict[str, str] = Field(default_factory=dict)
@@ -125,10 +133,12 @@ def run_batch(bdir: Path) -> None:
 
     started = time.time()
     try:
+        secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
+                                      section="plan")
         r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
                         limit=spec.limit, extravars=spec.extravars, forks=spec.forks,
                         runs_base=bdir / "runs", on_event=on_event, timeout=spec.timeout,
-                        env=spec.env)
+                        env=spec.env, secrets=secrets)
         doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
                           hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
                                  for h, v in r.hosts.items()})
@@ -136,7 +146,7 @@ def run_batch(bdir: Path) -> None:
         doc = BatchResult(rc=1, status="error", error=f"{type(exc).__name__}: {exc}")
     doc.wall_s = round(time.time() - started, 3)
     tmp = bdir / (RESULT + ".tmp")
-    tmp.write_text(doc.model_dump_json(indent=2))
+    tmp.write_text(redact.text(doc.model_dump_json(indent=2)))
     os.replace(tmp, bdir / RESULT)
     journal.close()
 
@@ -146,8 +156,10 @@ def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any]) -> int:
         checked = spec if isinstance(spec, BatchSpec) else BatchSpec.model_validate(spec)
     except ValidationError as exc:
         raise validation_error(exc, bdir / SPEC, what="batch spec") from None
-    (bdir / SPEC).write_text(checked.model_dump_json(indent=2))
-    log = (bdir / "worker.log").open("w")
+    # Private whatever the caller's umask: the spec names the plan's vars, the log its errors.
+    write_private(bdir / SPEC, checked.model_dump_json(indent=2))
+    log = os.fdopen(os.open(bdir / "worker.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                    "w")
     proc = subprocess.Popen([sys.executable, "-m", "fleetgate.rollout.worker", str(bdir)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=bdir)
@@ -215,5 +227,14 @@ def wait(bdir: Path, *, poll_s: float = 0.5, spawned_pid: int | None = None,
         time.sleep(poll_s)
 
 
+def main(bdir: Path) -> None:
+    # A worker only writes state: everything it and Ansible create is private, and what it
+    # prints (a traceback quoting a variable) is masked on its way to worker.log.
+    os.umask(PRIVATE_UMASK)
+    sys.stdout = redact.RedactingStream(sys.stdout)
+    sys.stderr = redact.RedactingStream(sys.stderr)
+    run_batch(bdir)
+
+
 if __name__ == "__main__":
-    run_batch(Path(sys.argv[1]))
+    main(Path(sys.argv[1]))

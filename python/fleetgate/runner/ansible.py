@@ -2,13 +2,15 @@
 
 Nothing in fleetgate shells out to `ansible-playbook`. Each run gets its own directory under
 the state dir (inputs, artifacts, `events.jsonl`), so a run can be audited or replayed later.
+The directory is private (umask 077), and what it keeps has passed the redactor
+(runner/redact.py): a secret var given to the run is in it only while the run lasts.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import shlex
 import signal
 import sys
 import threading
@@ -21,11 +23,14 @@ from typing import Any, Literal
 
 import ansible_runner
 
+from fleetgate.runner import redact, secret_vars
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
+from fleetgate.runner.private_state import private_state_dir, private_umask
 from fleetgate.site import content_env, content_root, current_site
 
 HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
-SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.IGNORECASE)
+# Inside the private data dir for the run only; deleted before anything else reads the dir.
+SECRET_VARS_FILE = "secret-vars.yml"  # noqa: S105 - a file name, not a secret
 
 
 @dataclass
@@ -55,20 +60,24 @@ def state_dir() -> Path:
     return current_site().state_dir
 
 
-def redact(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: "<redacted>" if isinstance(k, str) and SECRET_KEY_RE.search(k) else redact(v)
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
-
-
 def _new_run_dir(kind: str, base: Path | None) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    d = (base or state_dir() / "runs") / f"{stamp}-{kind}-{uuid.uuid4().hex[:6]}"
+    d = (base or private_state_dir() / "runs") / f"{stamp}-{kind}-{uuid.uuid4().hex[:6]}"
     d.mkdir(parents=True)
     return d
+
+
+def _trim_command_artifact(run_dir: Path, envvars: Mapping[str, str]) -> None:
+    """ansible-runner records the whole environment it ran with (`artifacts/*/command`): the
+    controller's, with whatever tokens an operator's shell holds. Keep only what we set."""
+    for path in run_dir.glob("artifacts/*/command"):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("env"), dict):
+            doc["env"] = {k: v for k, v in doc["env"].items() if k in envvars}
+            path.write_text(json.dumps(doc, ensure_ascii=False))
 
 
 def _env(forks: int) -> dict[str, str]:
@@ -106,10 +115,36 @@ def run(
     timeout: int | None = None,
     env: Mapping[str, str] | None = None,
     cancel: Callable[[], bool] | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> RunResult:
     """One ansible-runner run. `cancel` is polled to stop the run early; without it,
     ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's handlers are put
-    back afterwards (ansible-runner installs its own and never restores them)."""
+    back afterwards (ansible-runner installs its own and never restores them). `secrets`:
+    extra vars whose values are masked in everything the run keeps (runner/secret_vars.py
+    reads them)."""
+    with private_umask():
+        return _run(inventory=inventory, playbook=playbook, module=module,
+                    module_args=module_args, limit=limit, extravars=extravars, forks=forks,
+                    runs_base=runs_base, on_event=on_event, timeout=timeout, env=env,
+                    cancel=cancel, secrets=secrets or {})
+
+
+def _run(
+    *,
+    inventory: Sources | Inventory,
+    playbook: Path | None,
+    module: str | None,
+    module_args: str,
+    limit: str | None,
+    extravars: Mapping[str, Any] | None,
+    forks: int,
+    runs_base: Path | None,
+    on_event: Callable[[dict[str, Any]], None] | None,
+    timeout: int | None,
+    env: Mapping[str, str] | None,
+    cancel: Callable[[], bool] | None,
+    secrets: Mapping[str, str],
+) -> RunResult:
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
     # Resolved once per command (and kept): a source Ansible cannot parse is one line of bad
@@ -118,6 +153,7 @@ def run(
     limit = validate_limit(limit)
     sources = inv.runner_sources()
     kind = playbook.stem if playbook else f"adhoc-{module}"
+    redact.add_secrets(secrets.values())
     run_dir = _new_run_dir(kind, runs_base)
     events_path = run_dir / "events.jsonl"
     hosts: dict[str, HostResult] = {}
@@ -127,7 +163,11 @@ def run(
     with events_path.open("w") as events_file:
 
         def handler(event: dict[str, Any]) -> bool:
-            clean = redact(event)
+            clean = redact.event(event)
+            # In place: ansible-runner writes this same dict to job_events/, and its stdout
+            # line to artifacts/*/stdout, after us (tests/unit/test_private_state.py).
+            event.clear()
+            event.update(clean)
             events_file.write(json.dumps(clean, default=str) + "\n")
             _fold_event(hosts, clean)
             if clean.get("event") == "playbook_on_stats":
@@ -138,10 +178,11 @@ def run(
                 on_event(clean)
             return True  # keep ansible-runner's own job_events too
 
+        envvars = {**_env(forks), **(env or {})}
         kwargs: dict[str, Any] = {
             "private_data_dir": str(run_dir),
             "inventory": sources[0] if len(sources) == 1 else sources,
-            "envvars": {**_env(forks), **(env or {})},
+            "envvars": envvars,
             "extravars": dict(extravars or {}),
             "quiet": True,
             "event_handler": handler,
@@ -154,6 +195,10 @@ def run(
             kwargs.update(module=module, module_args=module_args, host_pattern="all")
         if cancel is not None:
             kwargs["cancel_callback"] = cancel
+        vars_file = run_dir / SECRET_VARS_FILE
+        if secrets:
+            secret_vars.write_vars_file(vars_file, secrets)
+            kwargs["cmdline"] = f"-e @{shlex.quote(str(vars_file))}"
         saved = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
                  if threading.current_thread() is threading.main_thread() else {})
         try:
@@ -161,6 +206,8 @@ def run(
         finally:
             for sig, prev in saved.items():
                 signal.signal(sig, prev)
+            vars_file.unlink(missing_ok=True)
+            _trim_command_artifact(run_dir, envvars)
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
     # ends with an error event after the recap.
@@ -194,7 +241,7 @@ def _stdout_errors(run_dir: Path) -> list[str]:
             if line.startswith(("[ERROR]", "ERROR!")):
                 # The message, plus the "Origin: file:line" line Ansible prints after it.
                 more = [x for x in lines[i + 1:i + 3] if x.startswith("Origin:")]
-                out.append(" ".join(" ".join([line, *more]).split())[:500])
+                out.append(redact.text(" ".join(" ".join([line, *more]).split()))[:500])
     return out
 
 

@@ -24,18 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
+from fleetgate.inputs import check_inventory_source
+from fleetgate.runner.connection_vars import host_problems
 from fleetgate.site import content_env
 from fleetgate.spec.schema import CLASS_NAME_RE
 
 # Host names reach command lines (--limit, --hosts=ansible://HOST) and file names.
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
-LIMIT_RE = re.compile(r"^[A-Za-z0-9_.:*,!&\[\]-]{1,500}$")
-# Connection variables become ssh/scp arguments (and ssh hands ProxyCommand-style values to a
-# shell), so a leading '-' or any shell character is refused outright; IPv6 literals need ':'.
-ADDRESS_RE = re.compile(r"^(?!-)[A-Za-z0-9.:_-]{1,253}$")
-USER_RE = re.compile(r"^(?!-)[A-Za-z0-9._-]{1,64}$")
-PORT_TEXT_RE = re.compile(r"^[0-9]{1,5}$")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# A limit is Ansible's host-pattern grammar: names, globs, ranges, groups, ',' and ':' lists,
+# '!' and '&', and '~regex'. It reaches Ansible as one argv word, never a shell, so what
+# matters is that it cannot be read as an option (a leading '-') or a file of patterns ('@'),
+# and has no space or control character (Ansible would split or strip it silently).
+LIMIT_RE = re.compile(r"^(?!-)[A-Za-z0-9_.:*,!&\[\]~()|?+^${}\\-]{1,500}$")
+# A pattern piece without '~' names hosts or groups: no regex syntax (it would match nothing).
+PLAIN_PATTERN_RE = re.compile(r"^[!&]?[A-Za-z0-9_.:*\[\]-]+$")
+# ansible.inventory.manager.split_host_pattern: without ',' a limit is split on ':' outside
+# brackets, and whatever this does not match is dropped (tests keep the two in step).
+_PATTERN_PIECE_RE = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 RESOLVE_TIMEOUT_S = 120
 
 Sources = Path | Sequence[Path]
@@ -112,7 +117,7 @@ class Inventory:
         script = workdir / "inventory.py"
         script.write_text(f"#!{sys.executable}\nimport sys\n"
                           f"sys.stdout.write(open({str(data)!r}).read())\n")
-        script.chmod(0o755)
+        script.chmod(0o700)  # run by this user only; it sits in a private run dir
         return script
 
 
@@ -128,13 +133,54 @@ def ansible_env() -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def split_limit(limit: str) -> list[str]:
+    """The patterns Ansible reads a limit as (for a limit with a regex in it)."""
+    if "," in limit:
+        return [p for p in limit.split(",") if p]
+    return _PATTERN_PIECE_RE.findall(limit)
+
+
+def limit_problem(limit: str) -> str | None:
+    """Why Ansible would not read `limit` as the operator wrote it, or None."""
+    if not LIMIT_RE.fullmatch(limit):
+        return ("host pattern has characters outside [A-Za-z0-9_.:*,!&[]~()|?+^${}\\-] "
+                "or starts with '-'")
+    if "~" not in limit:
+        return None if all(PLAIN_PATTERN_RE.fullmatch(p) for p in re.split("[,:]", limit)
+                           if p) else "regex syntax outside a '~regex' pattern"
+    if "," not in limit and (dropped := _PATTERN_PIECE_RE.sub("", limit).replace(":", "")):
+        return (f"Ansible would drop {dropped!r} from it (an unclosed '['?) and match "
+                f"{':'.join(split_limit(limit))!r} instead")
+    for piece in split_limit(limit):
+        bare = piece.lstrip("!&")
+        if not bare.startswith("~"):
+            if not PLAIN_PATTERN_RE.fullmatch(piece):
+                return (f"{piece!r} has regex syntax but no leading '~'"
+                        + (" (Ansible splits a limit on ',' before it reads a regex, so a "
+                           "regex cannot hold one)" if "," in limit else ""))
+            continue
+        try:
+            re.compile(bare[1:])
+        except re.error as exc:
+            return f"{piece!r} is not a regular expression: {exc}"
+    return None
+
+
 def validate_limit(limit: str | None) -> str | None:
     if limit is None:
         return None
-    if not LIMIT_RE.fullmatch(limit):
-        raise BadInput("host pattern has characters outside [A-Za-z0-9_.:*,!&[]-]",
-                       source="--limit", field=repr(limit))
+    if why := limit_problem(limit):
+        raise BadInput(why, source="--limit", field=repr(limit))
     return limit
+
+
+def host_path(directory: Path, host: str, suffix: str, *, prefix: str = "") -> Path:
+    """`directory/{prefix}HOST{suffix}`: a host name becomes a file name only once checked
+    (no '/', no leading '.'), so a run's files stay in its run directory."""
+    if not HOST_RE.fullmatch(host):
+        raise BadInput("host name has characters outside [A-Za-z0-9_.-]", source="inventory",
+                       field=f"hosts.{host!r}")
+    return directory / f"{prefix}{host}{suffix}"
 
 
 def source_paths(inventory: Sources) -> tuple[Path, ...]:
@@ -148,6 +194,7 @@ def source_paths(inventory: Sources) -> tuple[Path, ...]:
             raise BadInput("not a regular file or directory", source=str(p))
         if not os.access(p, os.R_OK):
             raise BadInput("not readable", source=str(p))
+        check_inventory_source(p)  # a FIFO inside a directory would stall ansible-inventory
     return tuple(p.resolve() for p in paths)
 
 
@@ -222,66 +269,23 @@ def _failure(stderr: str, stdout: str, label: str) -> BadInput:
                     f"{reason[:400]}", source=source)
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _address_problem(value: object) -> str | None:
-    if isinstance(value, str) and ADDRESS_RE.fullmatch(value):
-        return None
-    return "is not a host name or IP address ([A-Za-z0-9.:_-], not starting with '-')"
-
-
-def _port_problem(value: object) -> str | None:
-    # A dynamic inventory's JSON often carries the port as a string; Ansible takes "22" as 22.
-    if isinstance(value, int) and not isinstance(value, bool):
-        port = value
-    elif isinstance(value, str) and PORT_TEXT_RE.fullmatch(value):
-        port = int(value)
-    else:
-        return "is not a port number"
-    return None if 1 <= port <= 65535 else "is not a port number in 1..65535"
-
-
-def _user_problem(value: object) -> str | None:
-    if isinstance(value, str) and USER_RE.fullmatch(value):
-        return None
-    return "is not a user name ([A-Za-z0-9._-], not starting with '-')"
-
-
 def _class_problem(value: object) -> str | None:
     # Commands load the class by this name from the classes directory. The vars plugin checks
     # a host's own fleetgate_class, but one set in group_vars or [all:vars] reaches here as is.
     if isinstance(value, str) and re.fullmatch(CLASS_NAME_RE, value):
         return None
-    return f"is not a node class name ({CLASS_NAME_RE})"
+    text = repr(value)
+    return (f"fleetgate_class {text if len(text) <= 60 else text[:57] + '...'} is not a node "
+            f"class name ({CLASS_NAME_RE})")
 
 
-def _text_problem(value: object) -> str | None:
-    # Key paths and extra ssh arguments are free text by design (the lab's carry spaces and
-    # -o options); a control character in one is never meant and splits log and audit lines.
-    if not isinstance(value, str):
-        return "is not a string"
-    return "has a control character in it" if CONTROL_RE.search(value) else None
-
-
-# Every variable here reaches the ssh/scp command line, the command run on the host, or a file
-# name; the ssh connection plugin still honours the old ansible_ssh_* spellings.
-HOST_VAR_CHECKS = {
-    "ansible_host": _address_problem,
-    "ansible_ssh_host": _address_problem,
-    "ansible_port": _port_problem,
-    "ansible_ssh_port": _port_problem,
-    "ansible_user": _user_problem,
-    "ansible_ssh_user": _user_problem,
-    "fleetgate_class": _class_problem,
-    "ansible_ssh_private_key_file": _text_problem,
-    "ansible_private_key_file": _text_problem,
-    "ansible_ssh_common_args": _text_problem,
-    "ansible_ssh_extra_args": _text_problem,
-    "ansible_python_interpreter": _text_problem,
-}
+def host_var_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(variable, reason) for each of `host`'s variables that cannot safely reach a command:
+    its connection variables (runner/connection_vars.py) and its node class."""
+    problems = host_problems(host, hv)
+    if "fleetgate_class" in hv and (why := _class_problem(hv["fleetgate_class"])):
+        problems.append(("fleetgate_class", why))
+    return problems
 
 
 def validate_hosts(inv: Inventory) -> None:
@@ -292,9 +296,7 @@ def validate_hosts(inv: Inventory) -> None:
         if not HOST_RE.fullmatch(name):
             problems.append((f"hosts.{name!r}", "host name has characters outside [A-Za-z0-9_.-]"))
             continue
-        for var, problem in HOST_VAR_CHECKS.items():
-            if var in hv and (why := problem(hv[var])):
-                problems.append((f"hosts.{name}.{var}", f"{var} {_shown(hv[var])} {why}"))
+        problems += [(f"hosts.{name}.{var}", why) for var, why in host_var_problems(name, hv)]
     if problems:
         field, reason = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

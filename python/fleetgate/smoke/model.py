@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetgate.errors import BadInput, validation_error
+from fleetgate.inputs import load_json
 from fleetgate.smoke.thresholds import Check
 
 Status = Literal["pass", "fail", "inconclusive"]
@@ -32,7 +33,7 @@ class ProbeReport(BaseModel):
     reason: str = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
     evidence: dict[str, Any] = Field(default_factory=dict)
-    duration_s: float
+    duration_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     tool_versions: dict[str, str] = Field(default_factory=dict)
     inputs: dict[str, Any] = Field(default_factory=dict)
 
@@ -42,11 +43,8 @@ def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeRepor
     stripped = text.strip()
     if not stripped:
         raise BadInput("empty; a probe prints exactly one JSON object", source=source)
-    try:
-        doc = json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"not one JSON object: {exc.msg} at line {exc.lineno} col {exc.colno}",
-                       source=source) from None
+    # Strict JSON: a NaN metric is not JSON, and not a measurement either.
+    doc = load_json(stripped, source, what="not one JSON object")
     if not isinstance(doc, dict):
         raise BadInput(f"a probe prints a JSON object, not a {type(doc).__name__}", source=source)
     try:
@@ -121,4 +119,4 @@ class SmokeRun(BaseModel):
         doc = self.model_dump(mode="json", by_alias=True)
         doc["summary"] = self.summary()
         doc["ok"] = self.ok
-        return json.dumps(doc, indent=2, sort_keys=True)
+        return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)

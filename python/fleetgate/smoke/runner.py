@@ -10,7 +10,6 @@ missing checks become inconclusive. The per-host verdicts are then compared acro
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
-from fleetgate.runner.ansible import state_dir
+from fleetgate.inputs import load_json, read_input
 from fleetgate.runner.inventory import (
     Inventory,
     Sources,
     ansible_env,
+    host_path,
     resolve_inventory,
     validate_limit,
 )
+from fleetgate.runner.private_state import private_state_dir, private_umask
 from fleetgate.smoke.judge import apply_relative, unmeasured
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.probeset import PROBES_DIR, host_budget_s
@@ -68,8 +69,13 @@ def _class_of(hv: dict[str, Any], cache: dict[str, tuple[NodeClass, Plan]],
 def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
               budget_s: float, probes_dir: str, classes: Path | None = None
               ) -> tuple[list[CheckResult], dict[str, Any]]:
-    results_file = run_dir / f"{host}.jsonl"
-    log_file = run_dir / f"{host}.log"
+    results_file = host_path(run_dir, host, ".jsonl")
+    log_file = host_path(run_dir, host, ".log")
+    # testinfra's ansible backend runs ssh through `/bin/sh -c` with the host's ssh args
+    # pasted in unquoted (testinfra/backend/ssh.py). Only checked values get there: the host
+    # name here and every connection variable passed resolve_inventory() before this run,
+    # and the suite checks testinfra's own view of them again before it connects
+    # (smoke/session.py connection_refusal), since a dynamic source is asked a second time.
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
             "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
             f"--hosts=ansible://{host}", f"--ansible-inventory={inventory}",
@@ -102,6 +108,7 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
     return results, meta
 
 
+@private_umask()  # its run dir, logs and results are private state, like a rollout's
 def run_smoke(
     inventory: Sources | Inventory,
     *,
@@ -140,7 +147,7 @@ def run_smoke(
         raise BadInput("no hosts match" + (f" class {node_class}" if node_class else ""),
                        source=inv.label, field=f"--limit {limit}" if limit else None)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
-    run_dir = (runs_base or state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
+    run_dir = (runs_base or private_state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True)
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     suite_inventory = inv.single_source(run_dir)
@@ -182,12 +189,7 @@ def run_smoke(
 
 def load_results(path: Path) -> list[CheckResult]:
     """Results of an earlier run (`smoke run --json` output), e.g. as a baseline."""
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput("no such file", source=path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"not a smoke result file: {exc}", source=path) from None
+    doc = load_json(read_input(path), path, what="not a smoke result file")
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise BadInput("not a smoke result file (no results list)", source=path)
     try:

@@ -19,7 +19,7 @@ import pytest
 from testinfra.host import Host
 
 from fleetgate.errors import FleetgateError
-from fleetgate.runner.inventory import plain_ansible_json
+from fleetgate.runner.inventory import HOST_RE, host_var_problems, plain_ansible_json
 from fleetgate.smoke.judge import judge, unmeasured
 from fleetgate.smoke.model import CheckResult, parse_probe_output
 from fleetgate.smoke.probeset import probe_files, remote_command, set_version
@@ -28,6 +28,25 @@ from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 
 TIMEOUT_RCS = (124, 137)  # coreutils timeout: TERM sent / KILL sent
+
+
+def connection_refusal(name: str, hv: dict[str, Any]) -> str | None:
+    """Why the suite must not connect to host `name` with variables `hv`, or None: the
+    inventory layer's checks, on testinfra's own view of the inventory.
+
+    testinfra's ansible backend asks `ansible-inventory` again and builds the host's ssh
+    command as one `/bin/sh -c` string (testinfra/backend/ssh.py): user, port, key file and
+    host are shlex-quoted, but ansible.cfg's ssh_args and the host's ansible_ssh_common_args
+    and ansible_ssh_extra_args go in as they are, so `-o X=1; touch F #` would run `touch` on
+    the controller. The controller checked its own resolution before this process started
+    (runner/inventory.py); a dynamic source may answer differently the second time, so the
+    values testinfra will use are checked again here, before the host's first command."""
+    problems = ([("name", "host name has characters outside [A-Za-z0-9_.-]")]
+                if not HOST_RE.fullmatch(name) else host_var_problems(name, hv))
+    if not problems:
+        return None
+    var, why = problems[0]
+    return f"refused before connecting: hosts.{name}.{var}: {why}"
 
 
 class SmokeSession:
@@ -51,14 +70,17 @@ class SmokeSession:
     def _host_info(self, host: Host) -> dict[str, Any]:
         name = self.name(host)
         if name not in self._hosts:
-            info: dict[str, Any] = {"unreachable": None, "version": None}
+            info: dict[str, Any] = {"unreachable": None, "version": None, "refused": None}
             try:
                 hv = plain_ansible_json(host.ansible.get_variables())
-                cls = hv.get("fleetgate_class")
-                if not cls:
-                    raise FleetgateError("host has no fleetgate_class (not in a class_ group)")
-                _, nc = resolve_class(str(cls))
-                info.update(nc=nc, plan=resolve(nc))
+                info["refused"] = connection_refusal(name, hv)
+                if info["refused"] is None:
+                    cls = hv.get("fleetgate_class")
+                    if not cls:
+                        raise FleetgateError("host has no fleetgate_class (not in a class_ "
+                                             "group)")
+                    _, nc = resolve_class(str(cls))
+                    info.update(nc=nc, plan=resolve(nc))
             except FleetgateError as exc:
                 info["class_error"] = exc.one_line()
             self._hosts[name] = info
@@ -75,7 +97,9 @@ class SmokeSession:
         info = self._host_info(host)
         nc: NodeClass | None = info.get("nc")
         plan: Plan | None = info.get("plan")
-        if nc is None or plan is None:
+        if info["refused"]:
+            result = unmeasured(name, check, "not-run", info["refused"])
+        elif nc is None or plan is None:
             result = unmeasured(name, check, "not-run", f"no node class: {info['class_error']}")
         elif info["unreachable"]:
             result = unmeasured(name, check, "unreachable",
@@ -117,7 +141,7 @@ class SmokeSession:
         if self.results is None:
             return
         with self._lock, self.results.open("a") as f:
-            f.write(json.dumps(result.model_dump(mode="json")) + "\n")
+            f.write(json.dumps(result.model_dump(mode="json"), allow_nan=False) + "\n")
 
 
 

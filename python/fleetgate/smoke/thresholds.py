@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +25,12 @@ PERF_CHECKS: tuple[Check, ...] = ("gemm", "comms", "inference")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/nan anywhere: YAML's `.inf` is a float, and a floor no host can reach is no floor.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# A floor or ceiling: finite (see _Model) and positive, since 0 would check nothing.
+Limit = Annotated[float, Field(gt=0)]
 
 
 class RelativeMetric(_Model):
@@ -45,7 +51,7 @@ class GemmPlan(_Model):
     repeats: Annotated[int, Field(ge=1, le=100)]
     warmup: Annotated[int, Field(ge=0, le=100)]
     cv_warn: Annotated[float, Field(gt=0)]
-    tflops_min: float | None = None
+    tflops_min: Limit | None = None
     floor_source: str | None = None
 
 
@@ -56,8 +62,8 @@ class CommsPlan(_Model):
     repeats: Annotated[int, Field(ge=1, le=100)]
     iters: Annotated[int, Field(ge=1)]
     warmup_iters: Annotated[int, Field(ge=0)]
-    busbw_gbps_min: float | None = None
-    floor_bytes: int | None = None
+    busbw_gbps_min: Limit | None = None
+    floor_bytes: Annotated[int, Field(ge=1)] | None = None
     floor_source: str | None = None
 
 
@@ -65,8 +71,8 @@ class InferencePlan(_Model):
     batches: Annotated[int, Field(ge=10, le=100000)]
     batch_size: Annotated[int, Field(ge=1, le=4096)]
     max_time_s: Annotated[float, Field(gt=0)]
-    p99_ms_max: float | None = None
-    cold_start_s_max: float | None = None
+    p99_ms_max: Limit | None = None
+    cold_start_s_max: Limit | None = None
 
 
 class DiscoveryPlan(_Model):
@@ -85,7 +91,7 @@ class Plan(_Model):
     node_class: str
     sku: str
     backend: str
-    timeouts_s: dict[str, float]
+    timeouts_s: dict[str, Limit]
     relative: RelativePlan
     gemm: GemmPlan
     comms: CommsPlan
@@ -113,11 +119,30 @@ class ThresholdData(_Model):
     exceptions: list[dict[str, Any]] = Field(default_factory=list)
 
 
+def _non_finite(doc: Any, path: str = "") -> str | None:
+    """The dotted path of the first inf/nan number in `doc` (the free-form sku and exception
+    layers are plain data until resolve() builds a Plan from them), or None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return path or "(top level)"
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) \
+        else ()
+    for key, value in items:
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        found = _non_finite(value, where)
+        if found is not None:
+            return found
+    return None
+
+
 @functools.lru_cache(maxsize=4)
 def load_data(path: Path = DATA_FILE) -> ThresholdData:
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise BadInput("thresholds must be a YAML mapping", source=path)
+    bad = _non_finite(raw)
+    if bad is not None:
+        raise BadInput("not a finite number (.inf and .nan are no threshold)", source=path,
+                       field=bad)
     try:
         data = ThresholdData.model_validate(raw)
     except ValidationError as exc:

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from fleetgate.errors import BadInput, read_input, validation_error
+from fleetgate.errors import BadInput, validation_error
+from fleetgate.inputs import read_input
 from fleetgate.site import current_site
 from fleetgate.spec import matrix
 from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
@@ -23,13 +24,64 @@ CLASS_SUFFIXES = (".yml", ".yaml")
 M = TypeVar("M", bound=BaseModel)
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+# Far more than a class, plan or site file needs (under 10 levels, a few hundred nodes), far
+# less than what would overflow PyYAML's recursive composer or pydantic behind it.
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+
+
+class _TooLarge(yaml.MarkedYAMLError):
+    """Nested or aliased beyond MAX_DEPTH / MAX_NODES."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys: YAML's last-one-wins would hide a second pin."""
+    """SafeLoader that rejects duplicate keys (YAML's last-one-wins would hide a second pin)
+    and documents nested or expanded beyond any real input.
+
+    Depth and size are counted as the document *means* them: an alias counts as the whole
+    node it points to, so `&a [*b, *b]` chains cannot build a deep or huge value from a few
+    short lines."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._level = 0
+        self._measure: dict[int, tuple[int, int]] = {}  # id(node) -> (depth, nodes)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._level += 1
+        try:
+            if self._level > MAX_DEPTH:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _TooLarge(problem=f"nested deeper than {MAX_DEPTH} levels",
+                                problem_mark=event.start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._level -= 1
+        if node is not None and id(node) not in self._measure:
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                children = [n for pair in node.value for n in pair]
+            sizes = [self._measure.get(id(c), (1, 1)) for c in children]
+            depth = 1 + max((d for d, _ in sizes), default=0)
+            nodes = 1 + sum(n for _, n in sizes)
+            if depth > MAX_DEPTH or nodes > MAX_NODES:
+                what = (f"nested deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH
+                        else f"more than {MAX_NODES} values once aliases are expanded")
+                raise _TooLarge(problem=what, problem_mark=node.start_mark)
+            self._measure[id(node)] = (depth, nodes)
+        return node
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == MERGE_TAG:
+            # `<<: *base` keys are merged (and may be overridden) by construct_mapping below;
+            # only keys written in this mapping itself can be duplicates.
+            continue
         key = loader.construct_object(key_node)
         try:
             duplicate = key in seen
@@ -56,6 +108,11 @@ def read_yaml(path: Path) -> Any:
     text = read_input(path)
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _TooLarge as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise BadInput(f"YAML is nested too deeply or too large: {exc.problem}{where}",
+                       source=path, field="(top level)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1} col {mark.column + 1}" if mark else "yaml"
@@ -63,7 +120,7 @@ def read_yaml(path: Path) -> Any:
         raise BadInput(f"YAML syntax error: {problem}", source=path, field=where) from None
     except yaml.YAMLError as exc:
         raise BadInput(f"YAML error: {exc}", source=path) from None
-    except RecursionError:  # PyYAML composes nested collections recursively
+    except RecursionError:  # the limits above make this unreachable; kept as the last guard
         raise BadInput("YAML is nested too deeply", source=path, field="(top level)") from None
 
 
@@ -87,7 +144,7 @@ def load_class(path: Path, *, check_matrix: bool = True) -> NodeClass:
         if violations:
             v = violations[0]
             more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-            raise BadInput(f"matrix rule {v.rule}: {v.message}{more}", source=path, field=v.field)
+            raise BadInput(f"{v.reason}{more}", source=path, field=v.field)
     return nc
 
 

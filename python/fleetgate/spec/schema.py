@@ -47,8 +47,9 @@ Vendor = Literal["nvidia", "amd", "none"]
 
 
 class _Strict(BaseModel):
-    # strict: no "8" -> 8 or 12.1 -> "12.1" coercion; forbid: a typo'd key is an error, not a no-op.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # strict: no "8" -> 8 or 12.1 -> "12.1" coercion; forbid: a typo'd key is an error, not a no-op;
+    # no inf/nan: YAML's `.inf` is a float, and a floor no host can reach is not a floor.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class OsSpec(_Strict):
@@ -162,19 +163,24 @@ class AcceleratorSpec(_Strict):
         return self
 
 
+# A floor or ceiling the class sets: finite (see _Strict) and positive, since 0 would check
+# nothing. None leaves it to thresholds.yml.
+Limit = Annotated[float, Field(gt=0)]
+
+
 class GemmThresholds(_Strict):
     dtype: Literal["bf16", "fp16", "fp32", "fp8"] = "bf16"
     size: Annotated[int, Field(ge=64, le=65536)] = 8192
-    tflops_min: Annotated[float, Field(ge=0)] | None = None
+    tflops_min: Limit | None = None
 
 
 class CommsThresholds(_Strict):
-    busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    busbw_gbps_min: Limit | None = None
 
 
 class InferenceThresholds(_Strict):
-    p99_ms_max: Annotated[float, Field(gt=0)] | None = None
-    cold_start_s_max: Annotated[float, Field(gt=0)] | None = None
+    p99_ms_max: Limit | None = None
+    cold_start_s_max: Limit | None = None
 
 
 class SmokeSpec(_Strict):

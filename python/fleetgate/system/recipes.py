@@ -27,6 +27,11 @@ CONTAINER_PACKAGES = (
     "openssh-server", "python3", "python3-apt", "iproute2", "procps", "ca-certificates",
 )
 
+# Debian's Slurm 22.05 and its MUNGE authentication, for lab hosts that form a Slurm cluster
+# (`lab up --slurm`): one slurmctld, a slurmd per host. Baked into a base of their own (cached
+# like every recipe) because apt inside each container would cost minutes per lab.
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+
 VM_HOOKS = (
     'rm -f "$1"/etc/ssh/ssh_host_*',
     'mkdir -p "$1"/root/.ssh "$1"/etc/systemd/network',
@@ -53,6 +58,13 @@ def container_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe
     kernel = (f"linux-image-{k.abi}={k.package_version}",) if with_kernel else ()
     return RootfsRecipe(suite=nc.os.release, packages=(*CONTAINER_PACKAGES, *kernel),
                         hooks=SSHD_HOOKS)
+
+
+def slurm_recipe(nc: NodeClass) -> RootfsRecipe:
+    """The class's container base plus Slurm: the same host, able to join the lab's cluster."""
+    base = container_recipe(nc)
+    return RootfsRecipe(suite=base.suite, packages=(*base.packages, *SLURM_PACKAGES),
+                        hooks=base.hooks)
 
 
 def vm_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:

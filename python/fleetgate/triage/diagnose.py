@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
+from fleetgate.inputs import load_json, read_input
 from fleetgate.runner import ansible
-from fleetgate.runner.inventory import Sources, resolve_inventory, validate_limit
+from fleetgate.runner.inventory import Sources, host_path, resolve_inventory, validate_limit
 from fleetgate.site import content_root
 from fleetgate.spec.loader import resolve_class
 from fleetgate.triage import evidence
@@ -104,7 +105,7 @@ def diagnose(inventory: Sources, limit: str, *, command_timeout: int = 10,
         except evidence.MalformedCollection as exc:
             walks.append(uncollected(host, t.backend, f"collector output: {exc}"))
             continue
-        save(result.run_dir / f"triage-{host}.json", host, t, c)
+        save(host_path(result.run_dir, host, ".json", prefix="triage-"), host, t, c)
         walks.append(evaluate(host, c, t))
     return DiagnoseRun(result.run_dir, walks)
 
@@ -118,21 +119,13 @@ def save(path: Path, host: str, t: Target, c: evidence.Collection) -> None:
 
 def replay(path: Path, *, backend: str | None = None, gpus: int | None = None) -> DiagnoseRun:
     """Walk a saved document (run_dir/triage-HOST.json) or a collector's raw output."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput("no such file", source=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", source=path) from None
+    text = read_input(path)  # a FIFO or device is refused, never read
     if backend is not None and backend not in BACKENDS:
         raise BadInput(f"unknown backend (known: {', '.join(BACKENDS)})", source="--backend",
                        field=backend)
     if gpus is not None and not 0 <= gpus <= 64:
         raise BadInput("must be between 0 and 64", source="--gpus")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"not JSON: {exc}", source=path) from None
+    doc = load_json(text, path, what="not JSON")
     host, t = path.stem.removeprefix("triage-"), Target(backend or "auto", gpus)
     if isinstance(doc, dict) and doc.get("schema") == SAVED_SCHEMA:
         host = str(doc.get("host") or host)

@@ -6,16 +6,17 @@ collector's PCI listing. Device lists, lscpu and the kernel log reuse fleetgate.
 Every parser takes the tool's text and returns plain data; text it cannot read raises
 ParseError (one line). Formats seen in the wild differ in whitespace (tabs in a terminal,
 single spaces once pasted into an article), so column splitting is whitespace-tolerant.
+Numbers go through smoke's check_values: finite, utilisations within 0..100, temperatures
+within what a sensor reads, everything else (rates, sizes, counts) >= 0.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from typing import Any
 
-from fleetgate.smoke.parsers import ParseError, parse_kernel_log
+from fleetgate.smoke.parsers import ParseError, check_values, loads_json, parse_kernel_log
 
 __all__ = [
     "ParseError",
@@ -66,11 +67,17 @@ def parse_nvidia_smi_list(text: str) -> list[dict[str, Any]]:
                          "uuid": m.group("uuid")})
     if not gpus and text.strip():
         raise ParseError("no 'GPU N: NAME' lines (is this nvidia-smi -L output?)")
-    return gpus
+    return check_values(gpus)
 
 
 # --------------------------------------------------------------------------------------------
 # nvidia-smi dmon
+
+# Columns of `dmon -s pucvmet` in percent (utilisations; power/thermal violation time) and in
+# degrees C, for a dmon that prints no units line; a units line (`# Idx W C C % ...`) adds its own.
+_DMON_PERCENT = frozenset({"sm", "mem", "enc", "dec", "jpg", "ofa", "pviol", "tviol"})
+_DMON_CELSIUS = frozenset({"gtemp", "mtemp"})
+
 
 def parse_dmon(text: str) -> dict[str, Any]:
     """`nvidia-smi dmon -s ...`: the `# gpu pwr ...` header names the columns; `-` is no value.
@@ -95,15 +102,18 @@ def parse_dmon(text: str) -> dict[str, Any]:
         tokens = stripped.split()
         if len(tokens) != len(columns):
             raise ParseError(f"sample has {len(tokens)} fields, the header has {len(columns)}")
-        sample: dict[str, Any] = {}
-        for key, tok in zip(columns, tokens, strict=True):
-            sample[key] = None if tok == "-" else _num(tok)
-        if sample.get(columns[0]) is None:
+        if not tokens[0].isdigit():
             raise ParseError(f"sample without a GPU index: {stripped[:60]!r}")
-        sample["gpu"] = int(sample.pop(columns[0]))
+        sample: dict[str, Any] = {"gpu": int(tokens[0])}
+        for key, tok in zip(columns[1:], tokens[1:], strict=True):
+            sample[key] = None if tok == "-" else _num(tok)
         samples.append(sample)
     if not columns:
         raise ParseError("no '# gpu ...' header line (is this nvidia-smi dmon output?)")
+    unit_of = dict(zip(columns[1:], units[1:], strict=False))
+    percent = _DMON_PERCENT | {k for k, u in unit_of.items() if u == "%"}
+    celsius = _DMON_CELSIUS | {k for k, u in unit_of.items() if u == "C"}
+    check_values(samples, percent=percent, temperature=celsius.__contains__, where="samples")
     per_gpu: dict[int, dict[str, float | None]] = {}
     for idx in sorted({s["gpu"] for s in samples}):
         rows = [s for s in samples if s["gpu"] == idx]
@@ -113,7 +123,6 @@ def parse_dmon(text: str) -> dict[str, Any]:
             means[key] = round(sum(vals) / len(vals), 3) if vals else None
         means["samples"] = float(len(rows))
         per_gpu[idx] = means
-    unit_of = dict(zip(columns[1:], units[1:], strict=False))
     return {"columns": columns[1:], "units": unit_of, "samples": samples, "per_gpu": per_gpu}
 
 
@@ -198,10 +207,7 @@ def parse_amd_metric_usage(text: str) -> dict[int, dict[str, float | None]]:
     """`amd-smi metric --usage --json`: per GPU its gfx (compute) and umc (memory) activity,
     in percent; a top-level list or {"gpu_data": [...]}."""
     _size(text)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"amd-smi metric: invalid JSON: {exc}") from None
+    doc = loads_json(text, "amd-smi metric")
     if isinstance(doc, dict):
         doc = doc.get("gpu_data")
     if not isinstance(doc, list) or not doc:
@@ -216,7 +222,7 @@ def parse_amd_metric_usage(text: str) -> dict[int, dict[str, float | None]]:
             "sm": _value(usage.get("gfx_activity", usage.get("gfx_usage"))),
             "mem": _value(usage.get("umc_activity", usage.get("mem_usage"))),
         }
-    return out
+    return check_values(out, percent=frozenset({"sm", "mem"}), where="gpus")
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,6 +267,9 @@ def parse_iostat(text: str) -> dict[str, Any]:
         i += 1
     if not reports:
         raise ParseError("no avg-cpu or Device section (is this iostat -x output?)")
+    # Every avg-cpu column and %util/%rrqm/%wrqm are shares of time or requests.
+    percent = {_key(k) for k in text.split() if k.startswith("%")}
+    check_values(reports, percent=frozenset(percent), where="reports")
     # With an interval, report 1 averages since boot and the rest are the live samples; a
     # single report (no interval, or as quoted in a runbook) is all there is.
     live = reports[1:] if len(reports) > 1 else reports
@@ -285,7 +294,7 @@ def parse_mpstat(text: str) -> dict[str, Any]:
             found = {_key(k): _num(v) for k, v in zip(header[1:], values, strict=True)}
     if found is None:
         raise ParseError("no CPU 'all' row (is this mpstat output?)")
-    return found
+    return check_values(found, percent=frozenset(found))
 
 
 # --------------------------------------------------------------------------------------------

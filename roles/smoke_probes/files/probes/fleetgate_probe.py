@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import select
@@ -158,8 +159,37 @@ def cpu_limits() -> dict[str, Any]:
     return out
 
 
+def _non_finite(value: Any, path: str, found: list[str]) -> Any:
+    """`value` with every NaN/Infinity replaced by None; their paths are added to `found`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(f"{path} ({value})")
+        return None
+    if isinstance(value, dict):
+        return {k: _non_finite(v, f"{path}.{k}" if path else str(k), found)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_non_finite(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    return value
+
+
+def finite(doc: dict[str, Any]) -> dict[str, Any]:
+    """The result with no NaN/Infinity: they are not JSON (the controller would refuse the
+    whole line), and a measurement that came out NaN did not measure anything, so the
+    status becomes error, naming the fields."""
+    found: list[str] = []
+    clean: dict[str, Any] = _non_finite(doc, "", found)
+    if found:
+        clean["status"] = "error"
+        clean["reason"] = (f"not a finite number: {', '.join(found[:5])}"
+                           + (f" (and {len(found) - 5} more)" if len(found) > 5 else "")
+                           + (f"; {clean['reason']}" if clean.get("reason") else ""))
+    return clean
+
+
 def _emit(doc: dict[str, Any]) -> int:
-    sys.stdout.write(json.dumps(doc, sort_keys=True, default=str) + "\n")
+    doc = finite(doc)
+    # allow_nan=False: finite() removed them; should one remain, fail loudly, never print NaN.
+    sys.stdout.write(json.dumps(doc, sort_keys=True, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
     return EXIT_CODES.get(str(doc.get("status")), 1)
 
@@ -189,7 +219,8 @@ def _child(work: Callable[[Context], dict[str, Any]], args: argparse.Namespace, 
                       "evidence": {"traceback": traceback.format_exc()[-2000:]}}
         result["evidence"] = {**ctx.evidence, **result.get("evidence", {})}
         result["tool_versions"] = {**ctx.tool_versions, **result.get("tool_versions", {})}
-        os.write(wfd, (json.dumps({"result": result}, default=str) + "\n").encode())
+        os.write(wfd, (json.dumps({"result": finite(result)}, default=str, allow_nan=False)
+                       + "\n").encode())
     except BaseException:
         code = 1
     finally:
