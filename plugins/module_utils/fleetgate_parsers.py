@@ -188,11 +188,13 @@ def _is_temperature(key: str) -> bool:
 
 
 def check_values(doc: T, *, percent: frozenset[str] = frozenset(),
-                 temperature: Callable[[str], bool] = _is_temperature, where: str = "") -> T:
+                 temperature: Callable[[str], bool] = _is_temperature, where: str = "",
+                 signed: frozenset[str] = frozenset()) -> T:
     """`doc` itself if every number in it is possible for the key it sits under; else
     ParseError naming the field. Every number must be finite; by key, temperatures lie in
-    TEMPERATURE_C, `percent` keys in 0..100, and every other number (a count, size, rate,
-    power or duration) is >= 0: no value these parsers return can be negative."""
+    TEMPERATURE_C, `percent` keys in 0..100, `signed` keys (a checksum) may take any sign,
+    and every other number (a count, size, rate, power or duration) is >= 0: no value these
+    parsers return can be negative."""
     stack: list[tuple[str, str, Any]] = [(where, "", doc)]
     while stack:
         path, key, value = stack.pop()
@@ -216,7 +218,7 @@ def check_values(doc: T, *, percent: frozenset[str] = frozenset(),
         elif key in percent:
             if not 0 <= value <= 100:
                 raise ParseError(f"{field}: {value}% is not a percentage (0..100)")
-        elif value < 0:
+        elif value < 0 and key not in signed:
             raise ParseError(f"{field}: {value} is negative; a count, size, rate or duration "
                              "cannot be")
     return doc

@@ -55,6 +55,14 @@ def _classes_dir() -> Path:
         raise AnsibleError(f"fleetgate_class vars plugin: {exc.one_line()}") from None
 
 
+def _check_name(name: str, who: str) -> None:
+    # The name becomes a path: only a class name may (no '/', no '..'), so no class file
+    # outside the classes directory is ever read.
+    if not re.fullmatch(CLASS_NAME_RE, name):
+        raise AnsibleError(f"{who}: fleetgate_class {name!r} is not a node class name "
+                           f"({CLASS_NAME_RE})")
+
+
 class VarsModule(BaseVarsPlugin):
     REQUIRES_ENABLED = True
 
@@ -65,6 +73,10 @@ class VarsModule(BaseVarsPlugin):
         out: dict[str, Any] = {}
         for entity in entities:
             name, who = None, ""
+            if isinstance(entity, Group) and "fleetgate_class" in entity.vars:
+                # A group's own fleetgate_class ([all:vars], group_vars) names no file here,
+                # but reaches any host no class group overrides it for: a name, or refused.
+                _check_name(str(entity.vars["fleetgate_class"]), f"group {entity.name}")
             if isinstance(entity, Group) and entity.name.startswith("class_"):
                 name, who = entity.name.removeprefix("class_").replace("_", "-"), "group"
             elif isinstance(entity, Host):
@@ -74,11 +86,7 @@ class VarsModule(BaseVarsPlugin):
         return out
 
     def _load(self, name: str, who: str) -> dict[str, Any]:
-        # The name becomes a path: only a class name may (no '/', no '..'), so no class file
-        # outside the classes directory is ever read.
-        if not re.fullmatch(CLASS_NAME_RE, name):
-            raise AnsibleError(f"{who}: fleetgate_class {name!r} is not a node class name "
-                               f"({CLASS_NAME_RE})")
+        _check_name(name, who)
         path = _classes_dir() / f"{name}.yml"
         if not path.exists():
             raise AnsibleError(f"{who}: {path}: no node class named {name!r}")

@@ -53,6 +53,13 @@ class ToolError(FleetgateError):
 
 
 _PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+# How pydantic labels the branch of a union (or a validator wrapping a type) in an error's
+# `loc`: ('waves', 'steps', 1, 'function-after[check(), str]'), 'constrained-int'. These are
+# pydantic's names for the schema, not the operator's for the field.
+_SCHEMA_LABEL_RE = re.compile(
+    r"constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\]|int|str|float|bool|bytes|none|decimal")
+_MODEL_LABEL_RE = re.compile(r"[A-Z][A-Za-z0-9]*")
+_TYPE_ERRORS = ("model_type", "model_attributes_type", "literal_error", "is_instance_of")
 
 
 def field_path(loc: Iterable[int | str]) -> str:
@@ -65,6 +72,44 @@ def field_path(loc: Iterable[int | str]) -> str:
             text = part if _PLAIN_KEY_RE.fullmatch(part) else _short(part)
             out += f".{text}" if out else text
     return out or "(top level)"
+
+
+def _schema_label(part: object) -> bool:
+    return isinstance(part, str) and bool(_SCHEMA_LABEL_RE.fullmatch(part))
+
+
+def _branch_at(loc: tuple[Any, ...], i: int, errs: list[Any]) -> bool:
+    """Whether loc[i] names a union branch: pydantic's label for a type, or a model's class
+    name where another error of the same value went down a branch so labelled (`Drain` beside
+    `literal['none']`). Two capitalised keys side by side are the operator's (host names)."""
+    part = loc[i]
+    if _schema_label(part):
+        return True
+    return isinstance(part, str) and bool(_MODEL_LABEL_RE.fullmatch(part)) and any(
+        len(e["loc"]) > i and tuple(e["loc"][:i]) == loc[:i] and _schema_label(e["loc"][i])
+        for e in errs)
+
+
+def user_loc(err: Any, errs: list[Any]) -> tuple[int | str, ...]:
+    """An error's `loc` without the parts pydantic adds for union branches."""
+    loc = tuple(err["loc"])
+    return tuple(p for i, p in enumerate(loc) if not _branch_at(loc, i, errs))
+
+
+def _is_type_error(err: Any) -> bool:
+    # "_parsing": lax mode's way of saying a string is not an int, float, date...
+    return bool(err["type"].endswith(("_type", "_parsing")) or err["type"] in _TYPE_ERRORS)
+
+
+def _union_reason(branches: list[Any]) -> str:
+    """One reason for a value no branch of a union took. A branch whose type the value has
+    says what is wrong with it (150% is over 100%); if none does, the types it may have."""
+    fitting = [e for e in branches if not _is_type_error(e)]
+    if fitting:
+        return pydantic_reason(fitting[0])
+    wanted = [str(e["msg"]).removeprefix("Input should be ") for e in branches]
+    got = type(branches[0].get("input")).__name__
+    return f"Input should be {' or '.join(dict.fromkeys(wanted))}, got {got}"
 
 
 def pydantic_reason(err: Any) -> str:
@@ -94,14 +139,18 @@ def validation_error(exc: ValidationError, source: str | Path, *, prefix: str = 
     with a count of the rest. `prefix` is where the validated part sits in its file;
     `what` names the kind of file ("corrupt lab state") ahead of the reason."""
     errs = exc.errors()
+    # A value that fails a union fails every branch: one error per branch, one for the user.
+    locs = [user_loc(e, errs) for e in errs]
     first = errs[0]
-    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    loc = field_path(first["loc"]) if first["loc"] else ""
+    branches = [e for e, loc in zip(errs, locs, strict=True) if loc == locs[0]]
+    count = len(dict.fromkeys(locs))
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    loc = field_path(locs[0]) if locs[0] else ""
     if not (prefix and loc):
         field = prefix or loc or "(top level)"
     else:
         field = f"{prefix}{loc}" if loc.startswith("[") else f"{prefix}.{loc}"
-    reason = pydantic_reason(first) + more
+    reason = (_union_reason(branches) if len(branches) > 1 else pydantic_reason(first)) + more
     return BadInput(f"{what}: {reason}" if what else reason, source=source, field=field)
 
 

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, field_path
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 # Deeper than any document fleetgate reads or writes (a smoke result is ~8 levels), far below
@@ -108,15 +108,42 @@ def check_inventory_source(source: str | Path, *, max_entries: int = 100_000) ->
                                f"this is {file_kind(mode)}", source=entry)
 
 
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+class _NotANumber(float):
+    """NaN, Infinity or a number that overflows to infinity, as the parser met it: kept only
+    until load_json has found where in the document it sits, to name that field."""
+
+    text = ""
+
+
+def _not_a_number(text: str, why: str) -> _NotANumber:
+    value = _NotANumber(text)  # float() reads NaN, Infinity and 1e999 alike
+    value.text = f"{text} {why}"
+    return value
+
+
+def _constant(name: str) -> float:
+    return _not_a_number(name, "is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e999 parses as inf
-        raise ValueError(f"{text} is out of range for a number")
+        return _not_a_number(text, "is out of range for a number")
     return value
+
+
+def _first_not_a_number(doc: Any) -> tuple[tuple[int | str, ...], str] | None:
+    """Where the first NaN/Infinity sits in `doc`, and what it was (iterative: any depth)."""
+    stack: list[tuple[tuple[int | str, ...], Any]] = [((), doc)]
+    while stack:
+        loc, node = stack.pop()
+        if isinstance(node, _NotANumber):
+            return loc, node.text
+        if isinstance(node, dict):
+            stack.extend(((*loc, k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend(((*loc, i), v) for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def depth_exceeds(doc: Any, limit: int = MAX_DEPTH) -> bool:
@@ -138,7 +165,8 @@ def depth_exceeds(doc: Any, limit: int = MAX_DEPTH) -> bool:
 
 def load_json(text: str, source: str | Path, *, what: str = "JSON") -> Any:
     """Strict JSON: no NaN/Infinity, no number that overflows to infinity, nesting at most
-    MAX_DEPTH. Anything else is one line of BadInput naming `what`."""
+    MAX_DEPTH. Anything else is one line of BadInput naming `what` (and, for a number that is
+    not one, the field it sits in)."""
     try:
         doc = json.loads(text, parse_constant=_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
@@ -152,4 +180,9 @@ def load_json(text: str, source: str | Path, *, what: str = "JSON") -> Any:
     if depth_exceeds(doc):
         raise BadInput(f"{what}: nested too deeply (more than {MAX_DEPTH} levels)",
                        source=source)
+    found = _first_not_a_number(doc)
+    if found is not None:
+        loc, why = found
+        raise BadInput(f"{what}: invalid JSON: {why}", source=source,
+                       field=field_path(loc) if loc else None)
     return doc

@@ -18,6 +18,7 @@ journal on a persistent volume), and each has an environment variable that overr
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from fleetgate.errors import BadInput
+from fleetgate.inputs import file_kind
 
 SITE_FILE = "fleetgate.yml"
 SITE_ENV = "FLEETGATE_SITE"
@@ -40,17 +42,35 @@ PATH_ENV = {
 }
 
 
+# Linux's limits (linux/limits.h): no file system takes a longer path or file name, so a
+# longer one could only fail later, as an OSError from whichever command first used it.
+PATH_MAX = 4096
+NAME_MAX = 255
+
+
+def _fits(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("a NUL byte in a path")
+    if len(os.fsencode(value)) >= PATH_MAX:
+        raise ValueError(f"a path of {len(value)} characters; a path is under {PATH_MAX} bytes")
+    long = next((p for p in Path(value).parts if len(os.fsencode(p)) > NAME_MAX), None)
+    if long is not None:
+        raise ValueError(f"a path component of {len(long)} characters ({long[:20]!r}...); "
+                         f"a file name is at most {NAME_MAX} bytes")
+    return value
+
+
 def _relative(value: str) -> str:
     p = Path(value)
     if not value or p.is_absolute() or ".." in p.parts:
         raise ValueError("must be a path inside the site (relative, without '..')")
-    return value
+    return _fits(value)
 
 
 def _anywhere(value: str) -> str:
     if not value or "\x00" in value or any(c in value for c in "\n\r"):
         raise ValueError("must be a path")
-    return value
+    return _fits(value)
 
 
 InsidePath = Annotated[str, AfterValidator(_relative)]
@@ -187,9 +207,24 @@ def content_env() -> dict[str, str]:
 
 
 def find_site_root(start: Path) -> Path | None:
+    """The nearest directory from `start` up that holds a fleetgate.yml. One that is there but
+    is not a regular file is bad input, not a reason to walk on to some outer site."""
     for d in (start, *start.parents):
-        if (d / SITE_FILE).is_file():
-            return d
+        f = d / SITE_FILE
+        try:
+            st = f.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                st = f.stat()
+        except FileNotFoundError:
+            if f.is_symlink():
+                raise BadInput("is a symlink to nothing, not a site file", source=f) from None
+            continue
+        except OSError as exc:
+            raise BadInput(f"cannot read: {exc.strerror or exc}", source=f) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"is {file_kind(st.st_mode)}, not a regular file; a site is a "
+                           f"directory holding a {SITE_FILE} file", source=f)
+        return d
     return None
 
 

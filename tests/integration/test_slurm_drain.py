@@ -142,6 +142,12 @@ def test_a_running_job_holds_the_drain_until_it_ends_then_the_change_applies(
     # Undrained after the gates: back to service, fleetgate's reason gone.
     assert lab.node(CANARY) == {"State": "IDLE", "Reason": ""}
     assert lab.status(rid)["hosts"][CANARY]["state"] == "healthy"
+    # The report tells the host's drain story: the wait on the job, then the resume.
+    md = lab.root.parent / f"{rid}.md"
+    lab.run("rollout", "report", rid, "--md", str(md))
+    story = next(x for x in md.read_text().splitlines() if x.startswith(f"- `{CANARY}`: "))
+    assert f"job {job} 'train-a' (root)" in story and "drained at " in story, story
+    assert "resumed at " in story, story
 
 
 def test_a_job_that_outlives_the_drain_timeout_leaves_the_host_untouched_and_resumed(
@@ -194,6 +200,42 @@ def test_a_failed_canary_stays_drained_and_later_waves_are_never_drained(
             assert lab.node(h) == {"State": "IDLE", "Reason": ""}
         log = lab.slurm("cat /var/log/slurm/slurmctld.log")
         assert f"node {CANARY} reason set to: fleetgate: {rid}" in log
+        md = lab.root.parent / f"{rid}.md"
+        lab.run("rollout", "report", rid, "--md", str(md))
+        assert f"- `{CANARY}`: `drained at " in md.read_text()
+        assert f"held out of service: drained, reason 'fleetgate: {rid} {CHANGE}'" in (
+            md.read_text())
         assert not any(f"node {h} reason set to: fleetgate: {rid}" in log for h in (WAVE1, WAVE2))
     finally:
         lab.slurm(f"scontrol update NodeName={CANARY} State=RESUME")
+
+
+def test_kill_9_during_the_drain_wait_then_resume_drains_once_and_leaves_no_stray_reason(
+        lab: SlurmLab) -> None:
+    rid = "slurm-kill-1"
+    job = lab.submit(CANARY, 30, "train-k")
+    proc = lab.start(lab.plan("slurm-kill", ["pool_canary"]), rid)
+    deadline = time.monotonic() + 120
+    # The controller is waiting for the drain: Slurm shows fleetgate's reason, the job runs.
+    while not (lab.node(CANARY)["Reason"].startswith(f"fleetgate: {rid} ")
+               and lab.node(CANARY)["State"] == "ALLOCATED+DRAIN"):
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            proc.stdout.read() if proc.stdout else "")
+        time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **lab.env}
+    resumed = subprocess.run([str(FLEETGATE), "rollout", "resume", rid], capture_output=True,
+                             text=True, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                             timeout=400, check=False)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr
+    s = lab.status(rid)
+    assert s["state"] == "completed" and s["hosts"][CANARY]["state"] == "healthy", s["hosts"]
+    assert s["hosts"][CANARY]["applies"] == 1 and len(lab.applies(CANARY, "slurm-kill")) == 1
+    # The apply came after the job: the crash did not let it skip the wait.
+    assert lab.applies(CANARY, "slurm-kill")[0] >= lab.job_end(job)
+    # One drain request reached slurmctld for this rollout, and the node is back in service
+    # with no reason of fleetgate's left behind.
+    log = lab.slurm("cat /var/log/slurm/slurmctld.log")
+    assert log.count(f"node {CANARY} reason set to: fleetgate: {rid}") == 1, log[-2000:]
+    assert lab.node(CANARY) == {"State": "IDLE", "Reason": ""}

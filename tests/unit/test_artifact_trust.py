@@ -416,6 +416,16 @@ def test_signed_approval_records_the_signer_and_its_fingerprint(signed: Signed) 
                            str(signed.site / "keys" / "allowed_signers"), "-I", "ci@example",
                            "-n", "fleetgate-approve", "-s", str(sig)], input=forged,
                           capture_output=True, check=False).returncode != 0
+    # What the controller re-checks before a wave opens (engine._approved): the recorded
+    # approval verifies; one written into the journal by hand, or with its reason edited, not.
+    signers = signed.site / "keys" / "allowed_signers"
+    assert signing.recorded_approval(RID, 2, ev["data"], signers).principal == "ci@example"
+    with pytest.raises(BadInput, match="no signature"):
+        signing.recorded_approval(RID, 2, {"reason": "CHG-1234 canary clean"}, signers)
+    with pytest.raises(BadInput):
+        signing.recorded_approval(RID, 2, {**ev["data"], "reason": "edited"}, signers)
+    with pytest.raises(BadInput):
+        signing.recorded_approval(RID, 3, ev["data"], signers)
 
 
 def test_unsigned_approval_names_the_account_not_user_and_says_unverified(

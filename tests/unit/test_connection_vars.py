@@ -294,11 +294,30 @@ def test_fleet_facts_refuses_each_injection_naming_host_and_variable(tmp_path: P
 
 
 def test_a_class_given_by_a_group_var_is_refused_by_the_layer(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.ini"
-    inv.write_text("h1 ansible_host=127.0.0.1 ansible_port=1\n[all:vars]\n"
-                   "fleetgate_class=../../etc/passwd\n")
+    # group_vars/ reach hostvars through Ansible's own vars plugin, past fleetgate_class's.
+    inv = tmp_path / "inventory"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "hosts.ini").write_text("h1 ansible_host=127.0.0.1 ansible_port=1\n")
+    (inv / "group_vars" / "all.yml").write_text("fleetgate_class: ../../etc/passwd\n")
     p = cli(tmp_path, "smoke", "run", "-i", str(inv))
     assert_refused(p, "hosts.h1.fleetgate_class", "'../../etc/passwd' is not a node class")
+    # [all:vars] is the group's own: the vars plugin refuses it, naming the group.
+    ini = tmp_path / "hosts.ini"
+    ini.write_text("h1 ansible_host=127.0.0.1 ansible_port=1\n[all:vars]\n"
+                   "fleetgate_class=../../etc/passwd\n")
+    p = cli(tmp_path, "smoke", "run", "-i", str(ini))
+    assert_refused(p, str(ini), "group all: fleetgate_class '../../etc/passwd' is not a node")
+
+
+@pytest.mark.parametrize("command", [("fleet", "hosts"), ("fleet", "drift")])
+def test_a_group_class_a_class_group_overrides_is_still_refused(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    # Every host here takes lab-cpu from its class group, over [all:vars]; the climbing name
+    # would reach the first host added outside that group, so the inventory is refused now.
+    inv = _inventory(tmp_path, "h1 ansible_host=127.0.0.1 ansible_port=1",
+                     "[all:vars]\nfleetgate_class=../../x\n")
+    p = cli(tmp_path, *command, "-i", str(inv))
+    assert_refused(p, str(inv), "group all", "fleetgate_class '../../x' is not a node class")
 
 
 @pytest.mark.usefixtures("class_outside")

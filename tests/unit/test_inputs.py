@@ -9,8 +9,10 @@ import os
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import BaseModel, Field, StringConstraints
 
 from fleetgate.errors import BadInput
 from fleetgate.inputs import (
@@ -92,8 +94,20 @@ def test_directory_missing_oversized_and_binary(tmp_path: Path) -> None:
 def test_json_without_nan_or_infinity(literal: str) -> None:
     with pytest.raises(BadInput, match="invalid JSON") as err:
         load_json(f'{{"tflops": {literal}}}', "probe.json", what="probe output")
-    assert err.value.one_line().startswith("probe.json: probe output: invalid JSON")
+    assert err.value.one_line().startswith(
+        f"probe.json: tflops: probe output: invalid JSON: {literal} ")
     assert load_json('{"tflops": 1e300}', "probe.json") == {"tflops": 1e300}
+
+
+def test_a_number_that_is_not_one_is_named_by_where_it_sits() -> None:
+    doc = '{"gemm.tflops": [0.01, 0.02], "runs": [{"samples": [1.0, 2.0, NaN]}, Infinity]}'
+    with pytest.raises(BadInput) as err:
+        load_json(doc, "samples.json")
+    assert err.value.field == "runs[0].samples[2]"
+    assert err.value.reason == "JSON: invalid JSON: NaN is not a JSON number"
+    with pytest.raises(BadInput) as err:
+        load_json("[1, -1e999]", "x.json")
+    assert err.value.field == "[1]" and "-1e999 is out of range" in err.value.reason
 
 
 def test_json_depth_at_and_past_the_limit() -> None:
@@ -198,6 +212,39 @@ def test_fifo_journal_is_refused_before_sqlite_opens_it(tmp_path: Path) -> None:
         Journal(tmp_path / "journal.db")
 
 
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback-journal", "wal"])
+def test_another_programs_database_is_refused_as_it_was_found(tmp_path: Path,
+                                                             wal: bool) -> None:
+    db = tmp_path / "journal.db"
+    with sqlite3.connect(db) as other:
+        if wal:
+            other.execute("PRAGMA journal_mode=WAL")
+        other.execute("CREATE TABLE rollouts(x)")
+        other.execute("INSERT INTO rollouts VALUES ('theirs')")
+    other.close()
+    db.chmod(0o644)
+    before = db.read_bytes()
+    with pytest.raises(BadInput, match="its table rollouts has no column"):
+        Journal(db)
+    # Read only: no table of ours added, no WAL switched on, no chmod, no files left beside it.
+    assert db.read_bytes() == before
+    assert db.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.db"]
+
+
+def test_a_database_of_other_tables_is_not_a_journal(tmp_path: Path) -> None:
+    db = tmp_path / "journal.db"
+    with sqlite3.connect(db) as other:
+        other.execute("CREATE TABLE users(name)")
+    other.close()
+    with pytest.raises(BadInput, match=r"its tables \(users\) are not a journal's"):
+        Journal(db)
+    with sqlite3.connect(db) as other:
+        tables = other.execute("SELECT name FROM sqlite_master").fetchall()
+    other.close()
+    assert tables == [("users",)]
+
+
 def test_new_and_reopened_journal_pass(tmp_path: Path) -> None:
     Journal(tmp_path / "journal.db").close()
     j = Journal(tmp_path / "journal.db")
@@ -235,6 +282,47 @@ def test_validated_turns_a_validation_error_into_one_line() -> None:
                   prefix="plan.kernel")
     assert err.value.one_line().startswith("plan.json: plan.kernel.package_version: ")
     assert err.value.exit_code == 2
+
+
+class _Share(BaseModel):
+    """A union as plans have them: a count, or a percentage."""
+
+    share: Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=r"^\d+%$")]
+    shares: list[Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(max_length=3)]] = []
+
+
+@pytest.mark.parametrize(("doc", "field", "reason"), [
+    # The branch the value's type fits says what is wrong with it.
+    ({"share": 0}, "share", "Input should be greater than or equal to 1"),
+    ({"share": "ten"}, "share", "value 'ten' is not allowed"),
+    ({"share": 1, "shares": [2, "1000%"]}, "shares[1]", "String should have at most 3"),
+    # No branch fits: the types the value may have.
+    ({"share": [1]}, "share", "Input should be a valid integer or a valid string, got list"),
+])
+def test_a_union_error_is_one_line_in_the_operators_terms(doc: dict[str, object], field: str,
+                                                          reason: str) -> None:
+    from pydantic import ValidationError
+
+    from fleetgate.errors import validation_error
+
+    with pytest.raises(ValidationError) as exc:
+        _Share.model_validate(doc)
+    err = validation_error(exc.value, "plan.yml")
+    assert err.field == field
+    assert err.reason.startswith(reason), err.reason
+    assert "(and" not in err.reason  # one mistake, whatever pydantic counts per branch
+    for internal in ("constrained-", "function-", "[type=", "int]", "str]"):
+        assert internal not in err.one_line()
+
+
+def test_two_mistakes_are_counted_as_two() -> None:
+    from pydantic import ValidationError
+
+    from fleetgate.errors import validation_error
+
+    with pytest.raises(ValidationError) as exc:
+        _Share.model_validate({"share": 0, "shares": [0]})
+    assert validation_error(exc.value, "p").reason.endswith("(and 1 more)")
 
 
 def test_a_huge_bad_value_is_capped_in_the_error_line() -> None:

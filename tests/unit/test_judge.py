@@ -246,7 +246,7 @@ def _bad_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (str(d), "is a directory"),
         (str(tmp / "latin1.json"), "not UTF-8"),
         (write(tmp, "empty.json", "   \n"), "empty file"),
-        (write(tmp, "broken.json", '{"a": [1, 2'), "not valid JSON"),
+        (write(tmp, "broken.json", '{"a": [1, 2'), "invalid JSON"),
         (write(tmp, "list.json", "[1, 2, 3]"), "not a list"),
         (write(tmp, "str.json", '"text"'), "not a str"),
         (write(tmp, "nometrics.json", {}), "no metrics"),
@@ -257,7 +257,16 @@ def _bad_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (write(tmp, "badname.json", {"1bad name": [1.0]}), "is not a name"),
         (write(tmp, "huge.json", {"m": [1.0] * 2001}), "more than 2000 samples"),
         (write(tmp, "results.json", {"results": {"a": 1}}), "results must be a list"),
-        (write(tmp, "badresult.json", {"results": [{"host": "h"}]}), "not a smoke result"),
+        (write(tmp, "badresult.json", {"results": [{"host": "h"}]}),
+         "results[0].check: not a smoke result: required field is missing (and 3 more)"),
+        (write(tmp, "badhost.json", {"results": [{**SMOKE_RESULT, "host": 1}]}),
+         "results[0].host: not a smoke result: Input should be a valid string, got int"),
+        # Strict JSON, and the line names the sample (json.dumps writes NaN and Infinity).
+        (write(tmp, "nan.json", {"gemm.tflops": [1.0, float("nan"), 3.0]}),
+         "'gemm.tflops'[1]: not a sample file: invalid JSON: NaN is not a JSON number"),
+        (write(tmp, "inf.json", {"results": [
+            {**SMOKE_RESULT, "metrics": {"samples": [1.0, float("-inf")]}}]}),
+         "results[0].metrics.samples[1]: not a sample file: invalid JSON: -Infinity is not"),
         (write(tmp, "badsamples.json", {"results": [
             {**SMOKE_RESULT, "metrics": {"samples": [1.0, "x"]}}]}), "sample is not a number"),
         (write(tmp, "text.txt", "hello, this is not all_reduce_perf output\n"),
@@ -278,6 +287,13 @@ def _bad_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["--baseline", ok, "--canary", ok, "--uncertainty-limit", "-1"], "uncertainty_limit"),
         (["--baseline", ok, "--canary", write(tmp, "other.json", {"x": [1.0]})],
          "no metric in common"),
+        # A count metric's samples are whole numbers of events, on either side.
+        (["--baseline", write(tmp, "xid.json", {"xid": [0, 0, -1, 0, 0]}), "--canary",
+          write(tmp, "xid0.json", {"xid": [0, 0, 0, 0, 0]}), "--metric", "xid:lower:count"],
+         "xid.json: xid[2]: -1 is not a count of events"),
+        (["--baseline", str(tmp / "xid0.json"), "--canary",
+          write(tmp, "xidh.json", {"xid": [0, 0.5, 0, 0, 0]}), "--metric", "xid:lower:count"],
+         "xidh.json: xid[1]: 0.5 is not a count of events"),
         (["--baseline", ok], "--canary"),
         (["--baseline", ok, "--canary", ok, "--tolerance", "abc"], "abc"),
     ]
@@ -296,3 +312,4 @@ def test_judge_malformed_inputs_exit_2_with_one_line(
         assert len(lines) == 1, (args, err)
         assert why in lines[0], (args, lines[0])
         assert "Traceback" not in err and out == ""
+        assert "[type=" not in err and "validation error" not in err

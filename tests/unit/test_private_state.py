@@ -34,7 +34,7 @@ INVENTORY = {"all": {"children": {"pool_canary": {"hosts": {"localhost": {
     "ansible_connection": "local",
     "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}}}
 
-PLAYBOOK = [{"hosts": "all", "gather_facts": False, "tasks": [
+PLAYBOOK = [{"hosts": "all", "gather_facts": True, "tasks": [
     {"name": "Show the token", "ansible.builtin.debug": {"msg": "token is {{ registry_token }}"}},
     {"name": "Echo the token", "ansible.builtin.command": "echo {{ registry_token }}",
      "changed_when": False},

@@ -67,3 +67,41 @@ def test_a_probe_measuring_nan_prints_strict_json(tmp_path: Path) -> None:
     report = parse_probe_output(proc.stdout, source="nanprobe")  # the controller accepts it
     assert report.status == "error" and report.metrics == {"tflops": None}
     assert "metrics.tflops (nan)" in report.reason
+
+
+def _report(metrics: dict[str, object]) -> str:
+    return json.dumps({"probe": "gemm", "backend": "cpu", "status": "ok", "duration_s": 1.0,
+                       "metrics": metrics})
+
+
+@pytest.mark.parametrize(("metrics", "where"), [
+    ({"tflops": 0.01, "samples": [-0.01, 0.01, 0.01]}, "samples[0]: -0.01 is negative"),
+    ({"tflops": -3.0}, "tflops: -3.0 is negative"),
+    ({"per_device": [{"busbw_gbps": 1.0}, {"busbw_gbps": -1.0}]},
+     "per_device[1].busbw_gbps: -1.0 is negative"),
+    ({"gpus": [{"temperature_c": 900}]}, "gpus[0].temperature_c: 900 C is outside"),
+])
+def test_an_impossible_measurement_is_bad_input_naming_it(metrics: dict[str, object],
+                                                          where: str) -> None:
+    from fleetgate.errors import BadInput
+
+    with pytest.raises(BadInput) as err:
+        parse_probe_output(_report(metrics), source="probe.json")
+    assert err.value.field == "metrics" and err.value.reason.startswith(where), err.value
+
+
+def test_a_signed_checksum_and_plain_measurements_pass() -> None:
+    metrics = {"checksum": -0.2569, "checksum_scale": 3.1, "p50_ms": 0.4, "samples": [0.0, 1.0],
+               "gpus": [{"temperature_c": -5}], "note": "-1"}
+    assert parse_probe_output(_report(metrics)).metrics == metrics
+
+
+def test_smoke_parse_probe_refuses_a_negative_sample(tmp_path: Path) -> None:
+    f = tmp_path / "probe.json"
+    f.write_text(_report({"tflops": 0.01, "samples": [-0.01, 0.01, 0.01]}))
+    proc = subprocess.run([str(Path(sys.executable).parent / "fleetgate"), "smoke", "parse",
+                           "probe", str(f)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"fleetgate: {f}: metrics: samples[0]: -0.01 is negative; "
+                                   "a count, size, rate or duration cannot be")

@@ -115,6 +115,10 @@ BAD_PLANS: list[tuple[str, dict[str, Any], str]] = [
         "playbook": "playbooks/kernel-update.yml", "classes": "examples/kernel-update/classes",
         "target": {"from_class": True, "kernel_release": "6.1.0-1-cloud-amd64"}}},
      "change.target.kernel_release"),
+    ("from_class, unknown class", {**BASE, "targets": {
+        "inventory": "inv.yml", "class": "no-such-class"}, "change": {
+        "playbook": "examples/rollout/stamp-version.yml", "target": {"from_class": True}}},
+     "change.target.from_class: targets.class: unknown class 'no-such-class'"),
     ("from_class version contradicted", {**BASE, "rollback": {
         "playbook": "playbooks/apply-class.yml",
         "target": {"from_class": True, "manifest": {"class_version": 7}}}},
@@ -130,6 +134,27 @@ def test_bad_plan_is_one_line_naming_file_and_field(tmp_path: Path, what: str,
         load_plan(p)
     msg = exc.value.one_line()
     assert str(p) in msg and field in msg and "\n" not in msg, (what, msg)
+
+
+@pytest.mark.parametrize(("over", "field", "reason"), [
+    ({"waves": {"steps": [1, "150%"]}}, "waves.steps[1]", "150% is over 100%"),
+    ({"waves": {"steps": [0, "50%"]}}, "waves.steps[0]",
+     "0 is not allowed: a step is a host count"),
+    ({"waves": {"steps": ["half"]}}, "waves.steps[0]", "'half' is not allowed: a step is"),
+    ({"budgets": {"total": {"max_failed": -1}}}, "budgets.total.max_failed",
+     "-1 is not allowed: a failure budget is a count (0, 2) or a percentage"),
+    ({"budgets": {"total": {"max_failed": "lots"}}}, "budgets.total.max_failed",
+     "'lots' is not allowed: a failure budget"),
+    ({"budgets": {"per_wave": {"max_failed": [1]}}}, "budgets.per_wave.max_failed",
+     "Input should be a valid string or a valid integer, got list"),
+])
+def test_a_count_or_percentage_is_explained_not_pydantics_union(
+        tmp_path: Path, over: dict[str, Any], field: str, reason: str) -> None:
+    p = write_plan(tmp_path, {**BASE, **over})
+    with pytest.raises(BadInput) as exc:
+        load_plan(p)
+    assert exc.value.field == field and exc.value.reason.startswith(reason), exc.value
+    assert "constrained-" not in str(exc.value) and "function-" not in str(exc.value)
 
 
 def test_bad_plan_through_the_cli_exits_2_without_traceback(tmp_path: Path) -> None:
@@ -149,7 +174,8 @@ STATIC_INVENTORY = {"all": {
                  "pool_dup": {"hosts": {"h1": None, "h2": None}}}}}
 
 BAD_AGAINST_INVENTORY: list[tuple[str, dict[str, Any], str]] = [
-    ("unknown group", {"waves": {"pools": ["pool_canary", "pool_nope"]}}, "pool_nope"),
+    ("unknown group", {"waves": {"pools": ["pool_canary", "pool_nope"]}},
+     "plan.yml: waves.pools: pool pool_nope has no targeted host"),
     ("host in two waves", {"waves": {"pools": ["pool_canary", "pool_dup", "pool_wave1"]}},
      "exactly one wave"),
     ("host in no wave", {"waves": {"pools": ["pool_canary"]}}, "in no pool: h2, h3, h4"),
@@ -224,6 +250,10 @@ def test_pools_give_one_wave_each_and_refuse_a_host_in_two() -> None:
     orphan = {**hosts, "h09": Host("h09", "lab-cpu", {}, ())}
     with pytest.raises(BadInput, match="in no pool: h09"):
         assign(plan().waves, orphan)
+    nope = plan(waves={"pools": ["pool_canary", "pool_wave1", "pool_nope"]}).waves
+    with pytest.raises(BadInput) as err:
+        assign(nope, hosts, source="p.yml", where="plan.waves")
+    assert err.value.one_line() == "p.yml: plan.waves.pools: pool pool_nope has no targeted host"
 
 
 @pytest.mark.parametrize(("steps", "total", "sizes"), [

@@ -13,7 +13,8 @@ import pytest
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.plan import classes_path, playbook_path
-from fleetgate.site import SITE_FILE, content_root, current_site, load_site
+from fleetgate.site import SITE_FILE, content_root, current_site, find_site_root, load_site
+from fleetgate.spec.loader import class_files, load_all, resolve_class
 from tests.conftest import REPO, fleetgate
 
 
@@ -106,6 +107,12 @@ BAD_SITES = [
      "inside the site"),
     ("playbooks not a list", "fleetgate: 1\nplaybooks: {a: 1}\n", "playbooks", "list"),
     ("state with newline", 'fleetgate: 1\nstate: "a\\nb"\n', "state", "must be a path"),
+    ("state name too long", f"fleetgate: 1\nstate: {'s' * 300}\n", "state",
+     "a file name is at most 255 bytes"),
+    ("state path too long", f"fleetgate: 1\nstate: {'/abc' * 1100}\n", "state",
+     "a path is under 4096 bytes"),
+    ("classes name too long", f"fleetgate: 1\nclasses: c/{'c' * 256}\n", "classes",
+     "a file name is at most 255 bytes"),
     ("not a mapping", "- fleetgate: 1\n", None, "mapping"),
     ("empty file", "", None, "mapping"),
     ("yaml error", "fleetgate: [1\n", None, "YAML syntax error"),
@@ -136,6 +143,49 @@ def test_a_symlink_out_of_the_site_is_refused_where_it_is_used(site: Path,
     (site / "classes").symlink_to(tmp_path / "outside")
     with pytest.raises(BadInput, match="leads outside the site"):
         _ = current_site().classes_dir
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling symlink"])
+def test_a_site_file_that_is_no_file_stops_the_walk_up(site: Path, kind: str) -> None:
+    inner = site / "plans" / "inner"
+    inner.mkdir()
+    bad = inner / SITE_FILE
+    if kind == "directory":
+        bad.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.symlink_to(inner / "nothing.yml")
+    # Not the outer site instead: the operator meant this one.
+    with pytest.raises(BadInput) as err:
+        find_site_root(inner)
+    assert err.value.source == str(bad)
+    proc = fleetgate("site", cwd=inner)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"fleetgate: {bad}: "), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert find_site_root(site / "plans") == site
+
+
+def test_a_class_file_symlinked_out_of_the_classes_directory_is_refused(
+        site: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (site / "classes" / "lab-cpu.yml").rename(outside / "lab-cpu.yml")
+    (site / "classes" / "lab-cpu.yml").symlink_to(outside / "lab-cpu.yml")
+    link = site / "classes" / "lab-cpu.yml"
+    with pytest.raises(BadInput, match="a symlink leading outside the classes directory") as err:
+        load_all(class_files([site / "classes"]))
+    assert err.value.source == str(link)
+    with pytest.raises(BadInput, match="outside the classes directory"):
+        resolve_class("lab-cpu")
+    proc = fleetgate("spec", "validate", cwd=site)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"fleetgate: {link}: "), proc.stderr
+    # A classes directory that is itself a symlink within the site still works.
+    link.unlink()
+    (outside / "lab-cpu.yml").rename(site / "classes" / "lab-cpu.yml")
+    (site / "classes").rename(site / "real-classes")
+    (site / "classes").symlink_to(site / "real-classes")
+    assert list(load_all(class_files([current_site().classes_dir]))) == ["lab-cpu"]
 
 
 def test_plan_playbooks_come_from_the_site_or_from_fleetgate(site: Path) -> None:

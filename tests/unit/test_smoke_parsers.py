@@ -451,3 +451,10 @@ def test_check_values_rules() -> None:
     with pytest.raises(p.ParseError, match=r"^a\.b: nan is not a finite number"):
         p.check_values({"a": {"b": float("nan")}})
     assert p.check_values({"flag": True, "name": "-1"}) == {"flag": True, "name": "-1"}
+    signed = frozenset({"checksum"})
+    doc = {"checksum": -0.25, "per_device": [{"checksum": -0.5}]}
+    assert p.check_values(doc, signed=signed) == doc
+    with pytest.raises(p.ParseError, match=r"^per_device\[0\]\.checksum_scale: -1 is negative"):
+        p.check_values({"per_device": [{"checksum_scale": -1}]}, signed=signed)
+    with pytest.raises(p.ParseError, match=r"^checksum: inf is not a finite number"):
+        p.check_values({"checksum": float("inf")}, signed=signed)

@@ -82,6 +82,27 @@ def test_malformed_collection_is_bad_input(env: dict[str, str], tmp_path: Path, 
     one_line_error(fleetgate("diagnose", "--from", str(bad), env=env), str(bad), needle)
 
 
+@pytest.mark.parametrize(("path", "value", "needle"), [
+    (("duration_s",), -3.0, "duration_s: Input should be greater than or equal to 0"),
+    (("timeout_s",), -1, "timeout_s: Input should be greater than or equal to 0"),
+    (("commands", "dmesg", "duration_s"), -0.5, "commands.dmesg.duration_s: Input should be"),
+    (("facts", "cpu_count"), -2, "facts.cpu_count: Input should be greater than or equal to 1"),
+    (("facts", "cpus_allowed"), 0, "facts.cpus_allowed: Input should be greater than"),
+])
+def test_an_impossible_time_or_cpu_count_is_bad_input(env: dict[str, str], tmp_path: Path,
+                                                      path: tuple[str, ...], value: float,
+                                                      needle: str) -> None:
+    saved = json.loads((FIX / "lab-saved-healthy.json").read_text())
+    where = saved["collection"]
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    bad = tmp_path / "triage-h1.json"
+    bad.write_text(json.dumps(saved))
+    one_line_error(fleetgate("diagnose", "--from", str(bad), env=env), str(bad),
+                   f"not a triage collection: {needle}")
+
+
 def test_diagnose_bad_inputs(env: dict[str, str], inventory: Path, tmp_path: Path) -> None:
     one_line_error(fleetgate("diagnose", "-i", str(tmp_path / "nope.yml"), "--limit", "h1",
                              env=env), "no such file")

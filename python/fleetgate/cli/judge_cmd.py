@@ -11,7 +11,7 @@ import typer
 from fleetgate.cli.output import console, documented, esc, print_json
 from fleetgate.errors import BadInput
 from fleetgate.judge.explain import explain
-from fleetgate.judge.inputs import load_samples
+from fleetgate.judge.inputs import check_counts, load_samples
 from fleetgate.judge.judgement import judge_samples
 from fleetgate.judge.model import (
     DEFAULT_ALPHA,
@@ -95,6 +95,9 @@ def judge_command(
     base = load_samples(baseline)
     can = load_samples(canary)
     metrics = _metric_specs(metric or [], base, can, tolerance)
+    counts = [m["name"] for m in metrics if m.get("kind") == "count"]
+    check_counts(base, counts, baseline)
+    check_counts(can, counts, canary)
     if not 0 < tolerance < 1:
         raise BadInput(f"{tolerance:g} is not within (0, 1)", source="--tolerance")
     section = parse_canary_section({

@@ -13,13 +13,13 @@ Anything else is one BadInput naming the file, the field and the reason.
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fleetgate.errors import BadInput
-from fleetgate.inputs import read_input
+from fleetgate.errors import BadInput, validated
+from fleetgate.inputs import load_json, read_input
 from fleetgate.judge.model import METRIC_NAME_RE, samples
 from fleetgate.smoke import parsers
 from fleetgate.smoke.model import CheckResult
@@ -35,11 +35,7 @@ def _read(path: Path) -> str:
 def _from_smoke(doc: dict[str, Any], path: Path) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for i, raw in enumerate(doc["results"]):
-        try:
-            r = CheckResult.model_validate(raw)
-        except ValueError as exc:
-            raise BadInput(f"not a smoke result: {' '.join(str(exc).split())[:160]}",
-                           source=path, field=f"results[{i}]") from None
+        r = validated(CheckResult, raw, path, prefix=f"results[{i}]", what="not a smoke result")
         if r.probe_status != "ok":
             continue
         fields = {k[:-len("_samples")] for k, v in r.metrics.items()
@@ -99,15 +95,10 @@ def load_samples(path: Path) -> dict[str, list[float]]:
     text = _read(path)
     if not text.strip():
         raise BadInput("empty file", source=path)
-    try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise BadInput("JSON nested too deeply", source=path) from None
-    except json.JSONDecodeError as exc:
-        if text.lstrip()[:1] in ("{", "["):
-            raise BadInput(f"not valid JSON: {exc.msg} at line {exc.lineno} col {exc.colno}",
-                           source=path) from None
+    if text.lstrip()[:1] not in ("{", "[", '"'):  # not JSON: all_reduce_perf's text
         return _from_all_reduce(text, path)
+    # Strict: a NaN or Infinity sample is not JSON, and not a measurement either.
+    doc = load_json(text, path, what="not a sample file")
     if not isinstance(doc, dict):
         raise BadInput(f"a sample file holds a JSON object, not a {type(doc).__name__}",
                        source=path)
@@ -119,3 +110,13 @@ def load_samples(path: Path) -> dict[str, list[float]]:
     if not doc:
         raise BadInput("no metrics in the document", source=path)
     return _from_plain(doc, path)
+
+
+def check_counts(loaded: Mapping[str, list[float]], counts: Iterable[str], path: Path) -> None:
+    """A count metric's samples are events per sample: whole numbers >= 0. Judging would
+    call anything else "no data" (inconclusive); read from a file, it is bad input."""
+    for name in counts:
+        for i, v in enumerate(loaded.get(name, ())):
+            if v < 0 or v != int(v):
+                raise BadInput(f"{v:g} is not a count of events (a whole number >= 0)",
+                               source=path, field=f"{name}[{i}]")

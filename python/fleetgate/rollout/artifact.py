@@ -106,7 +106,7 @@ def _derive(plan: RolloutPlan, hosts: dict[str, Host], *, source: Path, prefix: 
             ) -> dict[str, Any]:
     """What an artifact holds besides the plan, from the plan and the hosts: planning writes
     it, loading recomputes it and compares."""
-    a = assign(plan.waves, hosts)
+    a = assign(plan.waves, hosts, source=source, where=f"{prefix}waves")
     for k in plan.approvals.before_waves:
         if k > len(a.waves):
             raise BadInput(f"approval before wave {k}, but the plan has {len(a.waves)} waves",

@@ -18,7 +18,16 @@ from types import FrameType
 from typing import Any
 
 from fleetgate.errors import FleetgateError
-from fleetgate.rollout import before, budgets, canary_gate, gates, measure, reconcile, worker
+from fleetgate.rollout import (
+    before,
+    budgets,
+    canary_gate,
+    gates,
+    measure,
+    reconcile,
+    signing,
+    worker,
+)
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
 from fleetgate.rollout.plan import RolloutPlan, classes_path, drain_of, playbook_path
@@ -27,6 +36,7 @@ from fleetgate.runner import secret_vars
 from fleetgate.runner.ansible import SECRET_VARS_FILE
 from fleetgate.runner.private_state import private_dirs, private_state_dir, private_umask
 from fleetgate.runner.secret_vars import SecretRef
+from fleetgate.site import current_site
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.runner import run_smoke
 
@@ -79,6 +89,7 @@ class Controller:
             raise FleetgateError(f"no rollout {rid} in the journal", source=str(journal.path))
         self.j = journal
         self.rid = rid
+        self._refused_approvals: set[int] = set()
         self.artifact = row.artifact
         self.plan = RolloutPlan.model_validate(row.artifact["plan"])
         self.a = assignment_of(row.artifact)
@@ -209,7 +220,7 @@ class Controller:
         if k not in self.plan.approvals.before_waves:
             return
         announced = False
-        while not any(r["wave"] == k for r in self.j.requests(self.rid, "approve")):
+        while not self._approved(k):
             if not announced:
                 self.j.set_rollout(self.rid, "running", wave=k, phase="awaiting approval")
                 self.j.event(self.rid, "approval_needed", {"wave": k}, wave=k)
@@ -217,6 +228,23 @@ class Controller:
                          f"--wave {k} --reason TEXT")
                 announced = True
             self._sleep(POLL_S * 2)
+
+    def _approved(self, k: int) -> bool:
+        site = current_site()
+        if not site.config.security.require_signed_approvals:
+            return any(r["wave"] == k for r in self.j.requests(self.rid, "approve"))
+        signers = site.allowed_signers
+        for e in self.j.events(self.rid, kinds=("approve",)):
+            if e["wave"] != k or signers is None:
+                continue
+            try:
+                signing.recorded_approval(self.rid, k, e["data"], signers)
+                return True
+            except FleetgateError as exc:
+                if e["seq"] not in self._refused_approvals:
+                    self._refused_approvals.add(e["seq"])
+                    self.log(f"wave {k}: an approval does not verify and opens nothing: {exc}")
+        return False
 
     def _maybe_soak(self, k: int) -> None:
         if k >= len(self.a.waves):

@@ -92,7 +92,15 @@ def _open_private(path: Path) -> None:
     """The database file made 0600 before SQLite opens it: SQLite creates its -wal and -shm
     files with the database's mode. A journal from before this rule is made private once."""
     private_dirs(path.parent)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    # Create it only if it is missing. Never open and close an existing journal behind
+    # SQLite's back: POSIX drops every fcntl lock a process holds on a file when any of its
+    # descriptors on that file is closed, so another Journal of this process (the
+    # controller's, while `start` opens a second) would silently lose its locks, and writes
+    # from two processes would overwrite each other (seen: a controller's transitions gone).
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
     for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if p.exists():
             make_private(p)
@@ -136,16 +144,63 @@ def _schema_columns() -> dict[str, set[str]]:
         mem.close()
 
 
+def _not_ours(db: sqlite3.Connection) -> str | None:
+    """Why the database `db` is not a fleetgate journal, or None if it is one (or is empty:
+    a journal whose first open stopped before its tables were made)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'"
+                                       " AND name NOT LIKE 'sqlite_%'")}
+    if tables and "rollouts" not in tables:
+        shown = ", ".join(sorted(tables)[:5])
+        return f"its tables ({shown}) are not a journal's; a database of something else"
+    for table, columns in _schema_columns().items():
+        if table not in tables:
+            continue  # an older journal: CREATE TABLE IF NOT EXISTS adds it
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if not columns <= have:
+            missing = ", ".join(sorted(columns - have))
+            return (f"its table {table} has no column {missing}; a database of something "
+                    "else, or of another version")
+    return None
+
+
+def _check_existing(path: Path) -> str | None:
+    """An existing file's schema, read through a read-only connection before anything is
+    written to it or chmodded: a database of another program is refused as it was found.
+    Reading a WAL database read-only makes its -wal and -shm files when they are missing;
+    ones made here for a database that is then refused are removed again."""
+    sidecars = [path.with_name(path.name + s) for s in ("-wal", "-shm")]
+    before = {p for p in sidecars if p.exists()}
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            why = _not_ours(db)
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        why = str(exc)
+    if why is not None:
+        for p in sidecars:
+            # The -shm index is rebuilt by whoever opens next; a -wal we made holds nothing.
+            if p not in before and p.exists() and (p.name.endswith("-shm")
+                                                   or p.stat().st_size == 0):
+                p.unlink()
+    return why
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     """The journal database, opened and checked; anything that is not one is one line of
     BadInput (exit 2), never an sqlite3 traceback. A FIFO or device in its place is refused
-    before SQLite opens it: reading one would block forever."""
+    before SQLite opens it (reading one would block forever), and an existing file that is
+    not a journal before it is changed in any way."""
     def not_a_journal(why: object) -> BadInput:
         return BadInput(f"not a fleetgate journal ({' '.join(str(why).split())})", source=path)
 
     try:
-        if path.exists() and not path.is_file():
-            raise not_a_journal(file_kind(path.stat().st_mode))
+        if path.exists():
+            if not path.is_file():
+                raise not_a_journal(file_kind(path.stat().st_mode))
+            if (why := _check_existing(path)) is not None:
+                raise not_a_journal(why)
         _open_private(path)
         # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE), so a
         # read-then-write (the lease) cannot interleave with another process's write.
@@ -160,12 +215,8 @@ def _connect(path: Path) -> sqlite3.Connection:
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA busy_timeout=30000")
         db.executescript(SCHEMA)
-        for table, columns in _schema_columns().items():
-            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-            if not columns <= have:
-                missing = ", ".join(sorted(columns - have))
-                raise not_a_journal(f"its table {table} has no column {missing}; "
-                                    "a database of something else, or of another version")
+        if (why := _not_ours(db)) is not None:  # changed since the read-only look
+            raise not_a_journal(why)
     except sqlite3.Error as exc:
         db.close()
         raise not_a_journal(exc) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -63,16 +64,34 @@ Playbook = Annotated[str, StringConstraints(pattern=PLAYBOOK_RE)]
 DomainKey = Annotated[str, StringConstraints(pattern=DOMAIN_KEY_RE)]
 
 
-def _at_most_100(v: str) -> str:
-    if v.endswith("%") and float(v[:-1]) > 100:
-        raise ValueError(f"{v} is over 100%")
-    return v
+BUDGET_HELP = "a failure budget is a count (0, 2) or a percentage of the hosts ('10%')"
+STEP_HELP = "a step is a host count (1, 2) or a percentage of the hosts ('25%', at most 100%)"
 
 
-Budget = (Annotated[str, StringConstraints(pattern=BUDGET_RE), AfterValidator(_at_most_100)]
-          | Annotated[int, Field(ge=0)])
-Step = Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=STEP_RE),
-                                               AfterValidator(_at_most_100)]
+def _share(pattern: str, what: str) -> Callable[[str], str]:
+    """A count or percentage written as a string, checked with a reason an operator reads
+    (pydantic's would quote the pattern)."""
+    def check(v: str) -> str:
+        if not re.fullmatch(pattern, v):
+            raise ValueError(f"{v!r} is not allowed: {what}")
+        if v.endswith("%") and float(v[:-1]) > 100:
+            raise ValueError(f"{v} is over 100%")
+        return v
+    return check
+
+
+def _at_least(low: int, what: str) -> Callable[[int], int]:
+    def check(v: int) -> int:
+        if v < low:
+            raise ValueError(f"{v} is not allowed: {what}")
+        return v
+    return check
+
+
+Budget = (Annotated[str, AfterValidator(_share(BUDGET_RE, BUDGET_HELP))]
+          | Annotated[int, AfterValidator(_at_least(0, BUDGET_HELP))])
+Step = (Annotated[int, AfterValidator(_at_least(1, STEP_HELP))]
+        | Annotated[str, AfterValidator(_share(STEP_RE, STEP_HELP))])
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
@@ -411,7 +430,7 @@ def _with_class_target(plan: RolloutPlan, section: Change, directory: Path | Non
     try:
         _, nc = resolve_class(plan.targets.node_class, directory or classes_dir())
     except BadInput as exc:
-        raise BadInput(f"from_class: {exc.reason}", source=source,
+        raise BadInput(f"targets.class: {exc.reason}", source=source,
                        field=f"{field}.target.from_class") from None
     target = _class_target(section.target, nc, source=source, field=field)
     return section.model_copy(update={"target": target})

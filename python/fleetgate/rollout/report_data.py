@@ -444,3 +444,43 @@ def explain_wave(j: Journal, rid: str, wave: int) -> str:
             head += " judged against their own before-samples"
         blocks.append(f"{head}: {jd.outcome.upper()}\n{jd.explanation}")
     return "\n\n".join(blocks)
+
+
+def _jobs(jobs: Any) -> str:
+    if not isinstance(jobs, list) or not jobs:
+        return "no job"
+    return ", ".join(f"job {j.get('id')} {j.get('name')!r} ({j.get('user')})"
+                     for j in jobs if isinstance(j, dict))
+
+
+def drain_stories(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each host's drain, in order: drained at, waited for (and on which jobs), resumed at, or
+    held out of service with fleetgate's reason. From the Slurm drain module's results that
+    the batch workers journal (worker._compact)."""
+    stories: dict[str, list[str]] = {}
+    held: dict[str, str] = {}
+    for e in events:
+        d = e["data"].get("slurm") if e["kind"] == "ansible" else None
+        if not isinstance(d, dict) or not e.get("host"):
+            continue
+        host, said = e["host"], stories.setdefault(e["host"], [])
+        if "drained_at" in d:
+            said.append(f"drained at {d['drained_at']} after waiting {d.get('waited_s', 0)}s "
+                        f"on {_jobs(d.get('jobs_at_start'))}"
+                        + ("" if d.get("drained_by_fleetgate", True)
+                           else " (already drained by someone else)"))
+            held[host] = str(d.get("reason", ""))
+        elif d.get("timed_out"):
+            said.append(f"drain timed out after {d.get('waited_s', 0)}s, still running: "
+                        f"{_jobs(d.get('jobs'))}; "
+                        + (f"resumed at {d['resumed_at']}" if d.get("resumed_at")
+                           else "left as its owner drained it"))
+            held.pop(host, None)
+        elif d.get("resumed"):
+            said.append(f"resumed at {d.get('resumed_at')}")
+            held.pop(host, None)
+        elif "resumed" in d:
+            said.append(f"not resumed: {d.get('why', 'unknown')}")
+    for host, reason in held.items():
+        stories[host].append(f"held out of service: drained, reason {reason!r}")
+    return stories

@@ -272,6 +272,16 @@ def _hosts(s: dict[str, Any]) -> str:
             + "</section>")
 
 
+def _drain(events: list[dict[str, Any]]) -> str:
+    stories = rd.drain_stories(events)
+    if not stories:
+        return ""
+    rows = ((f"<code>{esc(h)}</code>", "<br>".join(esc(x) for x in said))
+            for h, said in stories.items())
+    return ("<section id=drain><h2>Drain</h2>" + table(["host", "drained, waited, resumed"], rows)
+            + "</section>")
+
+
 def _versions(s: dict[str, Any], events: list[dict[str, Any]]) -> str:
     out = ["<section id=versions><h2>Versions before and after</h2>"]
     seen = rd.versions(events)
@@ -364,6 +374,7 @@ def render(j: Journal, rid: str) -> str:
         _timeline(s, row.created_at, end, rd.timeline(row, events)),
         _canary(row.artifact, events, rd.distributions(row, events)),
         _hosts(s),
+        _drain(events),
         _versions(s, events),
         _log(events),
         f"<footer class=muted>Generated {esc(rd.when(time.time()))} by fleetgate from the "

@@ -71,6 +71,11 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
             alike.setdefault("; ".join(code(c) for c in cs) or "unchanged", []).append(h)
         lines += ["", "**Versions (before → after)**", ""]
         lines += [f"- {', '.join(code(h) for h in hs)}: {what}" for what, hs in alike.items()]
+    stories = rd.drain_stories(events)
+    if stories:
+        lines += ["", "**Drain**", ""]
+        lines += [f"- {code(h)}: " + "; ".join(code(x) for x in said)
+                  for h, said in stories.items()]
     if s["next_steps"]:
         lines += ["", "**Next steps**", ""]
         lines += [f"- {code(c)}" for c in s["next_steps"]]

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fleetgate.errors import BadInput, ToolError
 from fleetgate.system.procs import require_tool
@@ -112,3 +113,18 @@ def verify(data: bytes, signature: str, allowed_signers: Path, namespace: str, *
             why = _last_line(proc)
     raise BadInput(f"the signature does not verify ({why}): the file changed after signing, "
                    f"or the key may not sign {namespace}", source=source, field="signature")
+
+
+def recorded_approval(rid: str, wave: int, data: dict[str, Any], allowed_signers: Path
+                      ) -> Signer:
+    """Re-verify an approval as the journal recorded it (its reason and proof). The controller
+    calls this where signed approvals are required, so a row written into journal.db by hand,
+    or one whose reason was edited afterwards, opens no wave."""
+    proof = data.get("proof")
+    if not isinstance(proof, dict) or not all(
+            isinstance(proof.get(k), str) for k in ("signature", "signed_at")):
+        raise BadInput("the approval carries no signature", source=f"journal ({rid})",
+                       field=f"wave {wave}")
+    message = approval_message(rid, wave, str(data.get("reason", "")), proof["signed_at"])
+    return verify(message, proof["signature"], allowed_signers, APPROVAL_NAMESPACE,
+                  source=f"journal ({rid})")

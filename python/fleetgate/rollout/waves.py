@@ -76,14 +76,17 @@ def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
     return hosts
 
 
-def assign(plan_waves: Waves, hosts: dict[str, Host]) -> Assignment:
+def assign(plan_waves: Waves, hosts: dict[str, Host], *, source: Path | str | None = None,
+           where: str = "waves") -> Assignment:
+    """The hosts in waves; `source` and `where` name the plan and its waves in errors."""
     if plan_waves.pools is not None:
-        return _by_pools(plan_waves.pools, hosts)
+        return _by_pools(plan_waves.pools, hosts, source=source, where=f"{where}.pools")
     assert plan_waves.steps is not None
     return _by_steps(plan_waves.steps, plan_waves.diversity, hosts)
 
 
-def _by_pools(pools: list[str], hosts: dict[str, Host]) -> Assignment:
+def _by_pools(pools: list[str], hosts: dict[str, Host], *, source: Path | str | None,
+              where: str) -> Assignment:
     waves: list[list[str]] = []
     placed: dict[str, str] = {}
     for pool in pools:
@@ -91,15 +94,16 @@ def _by_pools(pools: list[str], hosts: dict[str, Host]) -> Assignment:
         twice = [f"{h} ({placed[h]} and {pool})" for h in members if h in placed]
         if twice:
             raise BadInput(f"a host is in exactly one wave; in two pools: {', '.join(twice)}",
-                           field="waves.pools")
+                           source=source, field=where)
         if not members:
-            raise BadInput(f"pool {pool} has no targeted host", field="waves.pools")
+            raise BadInput(f"pool {pool} has no targeted host", source=source, field=where)
         for h in members:
             placed[h] = pool
         waves.append(members)
     left = sorted(set(hosts) - set(placed))
     if left:
-        raise BadInput(f"targeted hosts in no pool: {', '.join(left)}", field="waves.pools")
+        raise BadInput(f"targeted hosts in no pool: {', '.join(left)}", source=source,
+                       field=where)
     return Assignment(waves, hosts)
 
 

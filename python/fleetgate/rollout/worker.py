@@ -88,6 +88,10 @@ def _read(path: Path, model: type[_Doc], what: str) -> _Doc:
         raise validation_error(exc, path, what=what) from None
 
 
+SLURM_KEYS = ("node", "state", "reason", "drained_at", "waited_s", "jobs_at_start", "jobs",
+              "timed_out", "resumed", "resumed_at", "why", "drained_by_fleetgate")
+
+
 def _compact(event: dict[str, Any]) -> dict[str, Any] | None:
     """What the journal keeps of an ansible-runner event: enough to replay who did what and
     why it failed, not every stdout line (the run dir keeps those in events.jsonl)."""
@@ -108,6 +112,11 @@ def _compact(event: dict[str, Any]) -> dict[str, Any] | None:
             out["msg"] = " ".join(str(msg).split())[:500]
     if name == "playbook_on_stats":
         out.update({k: data.get(k) for k in ("ok", "changed", "failures", "dark", "skipped")})
+    if (isinstance(res, dict) and name in ("runner_on_ok", "runner_on_failed")
+            and str(data.get("task_action", "")).endswith("fleetgate_slurm_node")):
+        # The drain's story for the report: when it drained, how long it waited and on which
+        # jobs, whether fleetgate resumed it (rollout/report_data.drain_stories).
+        out["slurm"] = {k: res[k] for k in SLURM_KEYS if k in res}
     return out
 
 

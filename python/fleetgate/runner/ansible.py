@@ -25,7 +25,7 @@ import ansible_runner
 
 from fleetgate.runner import redact, secret_vars
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
-from fleetgate.runner.private_state import private_state_dir, private_umask
+from fleetgate.runner.private_state import private_state_dir, private_tree, private_umask
 from fleetgate.site import content_env, content_root, current_site
 
 HostOutcome = Literal["ok", "changed", "failed", "unreachable", "skipped"]
@@ -188,6 +188,10 @@ def _run(
             "event_handler": handler,
             "limit": limit,
             "timeout": timeout,
+            # ansible-runner's default jsonfile fact cache keeps every host's facts on disk
+            # (0644, Ansible chmods them), ansible_env included: a run needs them only in
+            # memory, and a controller's environment holds secrets.
+            "fact_cache_type": "memory",
         }
         if playbook is not None:
             kwargs["playbook"] = str(playbook.resolve())
@@ -208,6 +212,7 @@ def _run(
                 signal.signal(sig, prev)
             vars_file.unlink(missing_ok=True)
             _trim_command_artifact(run_dir, envvars)
+            private_tree(run_dir)
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
     # ends with an error event after the recap.

@@ -97,3 +97,12 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         os.fchmod(f.fileno(), 0o600)
         f.write(text)
+
+
+def private_tree(root: Path) -> None:
+    """make_private on everything under `root`: for files a tool chmods open on purpose, past
+    any umask (Ansible's jsonfile fact cache writes 0644, ansible-runner's artifacts/*/
+    fact_cache among them)."""
+    for top, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            make_private(Path(top) / name)

@@ -10,16 +10,19 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fleetgate.errors import BadInput, validation_error
 from fleetgate.inputs import load_json
+from fleetgate.smoke import parsers
 from fleetgate.smoke.thresholds import Check
 
 Status = Literal["pass", "fail", "inconclusive"]
 ProbeStatus = Literal["ok", "error", "timeout", "skipped", "unreachable", "malformed",
                       "not-run"]
 RESULT_SCHEMA = "fleetgate.smoke.result/v1"
+# Metrics that may be negative: the inference probe's checksum is a weighted sum of logits.
+SIGNED_METRICS = frozenset({"checksum"})
 
 
 class ProbeReport(BaseModel):
@@ -36,6 +39,13 @@ class ProbeReport(BaseModel):
     duration_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     tool_versions: dict[str, str] = Field(default_factory=dict)
     inputs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metrics")
+    @classmethod
+    def _measurable(cls, metrics: dict[str, Any]) -> dict[str, Any]:
+        # What a probe measured is judged and gated on: a negative TFLOPS sample or byte count
+        # is no measurement (the parsers' own rule for what they read on hosts).
+        return parsers.check_values(metrics, signed=SIGNED_METRICS)
 
 
 def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeReport:

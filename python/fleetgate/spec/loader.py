@@ -154,11 +154,24 @@ def classes_dir() -> Path:
     return current_site().classes_dir
 
 
+def listed_class(directory: Path, f: Path) -> Path:
+    """`f`, a class file found in `directory` (listed or looked up by name), unless it is a
+    symlink that leads out of it: a reviewed classes directory cannot pull in a file nobody
+    reviewed (the directory itself is checked against the site: site.py)."""
+    root = directory.resolve()
+    target = f.resolve()
+    if not target.is_relative_to(root):
+        raise BadInput(f"a symlink leading outside the classes directory {root} ({target})",
+                       source=f)
+    return f
+
+
 def class_files(paths: Iterable[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(f for f in p.iterdir() if f.suffix in CLASS_SUFFIXES))
+            out.extend(listed_class(p, f) for f in sorted(p.iterdir())
+                       if f.suffix in CLASS_SUFFIXES)
         elif p.exists():
             out.append(p)
         else:
@@ -192,5 +205,5 @@ def resolve_class(name_or_path: str, directory: Path | None = None) -> tuple[Pat
     for suffix in CLASS_SUFFIXES:
         f = where / f"{name_or_path}{suffix}"
         if f.exists():
-            return f, load_class(f)
-    raise BadInput(f"unknown class (looked in {where})", source="CLASS", field=name_or_path)
+            return f, load_class(listed_class(where, f))
+    raise BadInput(f"unknown class {name_or_path!r} (looked in {where})", source="CLASS")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fleetgate.errors import validation_error
 from fleetgate.smoke import parsers as smoke_parsers
 from fleetgate.triage import parsers
 
@@ -26,6 +27,10 @@ class MalformedCollection(ValueError):
     """The text is not a collector document; the message is one line."""
 
 
+# A time the collector measured or was given: finite and not negative.
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class CommandOut(BaseModel):
     model_config = ConfigDict(extra="ignore")
     argv: list[str]
@@ -33,7 +38,15 @@ class CommandOut(BaseModel):
     rc: int | None = None
     stdout: str = ""
     stderr: str = ""
-    duration_s: float = 0.0
+    duration_s: Seconds = 0.0
+
+
+class Facts(BaseModel):
+    """The collector's facts about the host; the CPU counts divide the CPU window."""
+
+    model_config = ConfigDict(extra="allow")
+    cpu_count: Annotated[int, Field(ge=1)] | None = None
+    cpus_allowed: Annotated[int, Field(ge=1)] | None = None
 
 
 class FileOut(BaseModel):
@@ -47,9 +60,9 @@ class Collection(BaseModel):
     model_config = ConfigDict(extra="ignore")
     schema_: Literal["fleetgate.triage.collect/v1"]
     mode: Literal["diagnose", "identity"]
-    duration_s: float
-    timeout_s: float
-    facts: dict[str, Any]
+    duration_s: Seconds
+    timeout_s: Seconds
+    facts: Facts
     env: dict[str, str]
     commands: dict[str, CommandOut]
     files: dict[str, FileOut]
@@ -75,9 +88,8 @@ def load_collection(text: str) -> Collection:
     try:
         return Collection.model_validate({**doc, "schema_": doc["schema"]})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise MalformedCollection(f"{where}: {err['msg']}") from None
+        # `FIELD: reason`, as every other document's errors read (no source: the caller's).
+        raise MalformedCollection(validation_error(exc, "").one_line()) from None
 
 
 @dataclass
@@ -226,8 +238,7 @@ def _cpu(c: Collection) -> tuple[dict[str, float] | None, float]:
     except parsers.ParseError:
         return None, 0.0
     # USER_HZ is 100 on every Linux ABI we meet: ticks over CPUs give the window's length
-    cpus = c.facts.get("cpu_count") or 1
-    window = (sum(a.values()) - sum(b.values())) / 100.0 / max(int(cpus), 1)
+    window = (sum(a.values()) - sum(b.values())) / 100.0 / (c.facts.cpu_count or 1)
     return parsers.cpu_usage(b, a), round(window, 2)
 
 
@@ -240,9 +251,8 @@ def build(c: Collection, *, backend: str, expected_gpus: int) -> Evidence:
         pci = None
     ib = c.files.get("infiniband")
     cpu, window = _cpu(c)
-    allowed = c.facts.get("cpus_allowed")
     return Evidence(
         backend=backend, expected_gpus=expected_gpus, tools=tools, kernel_log=_kernel_log(c),
         pci_gpus=pci, cpu=cpu, window_s=window, cgroup=_cgroup(c),
-        cpus_allowed=allowed if isinstance(allowed, int) else None, nccl=_nccl(c),
+        cpus_allowed=c.facts.cpus_allowed, nccl=_nccl(c),
         infiniband=(ib.text or "").split() if ib is not None and ib.text is not None else None)
