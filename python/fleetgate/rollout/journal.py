@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -97,10 +97,8 @@ def _open_private(path: Path) -> None:
     # descriptors on that file is closed, so another Journal of this process (the
     # controller's, while `start` opens a second) would silently lose its locks, and writes
     # from two processes would overwrite each other (seen: a controller's transitions gone).
-    try:
+    with suppress(FileExistsError):
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
     for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if p.exists():
             make_private(p)
