@@ -453,6 +453,12 @@ def _jobs(jobs: Any) -> str:
                      for j in jobs if isinstance(j, dict))
 
 
+def drain_events(j: Journal, rid: str) -> list[dict[str, Any]]:
+    """The Slurm drain module's journaled results: ansible events, which `load` leaves out."""
+    return [e for e in redact.data(j.events(rid, kinds=("ansible",)))
+            if isinstance(e["data"].get("slurm"), dict)]
+
+
 def drain_stories(events: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Each host's drain, in order: drained at, waited for (and on which jobs), resumed at, or
     held out of service with fleetgate's reason. From the Slurm drain module's results that

@@ -374,7 +374,7 @@ def render(j: Journal, rid: str) -> str:
         _timeline(s, row.created_at, end, rd.timeline(row, events)),
         _canary(row.artifact, events, rd.distributions(row, events)),
         _hosts(s),
-        _drain(events),
+        _drain(rd.drain_events(j, rid)),
         _versions(s, events),
         _log(events),
         f"<footer class=muted>Generated {esc(rd.when(time.time()))} by fleetgate from the "

@@ -71,7 +71,7 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
             alike.setdefault("; ".join(code(c) for c in cs) or "unchanged", []).append(h)
         lines += ["", "**Versions (before → after)**", ""]
         lines += [f"- {', '.join(code(h) for h in hs)}: {what}" for what, hs in alike.items()]
-    stories = rd.drain_stories(events)
+    stories = rd.drain_stories(rd.drain_events(j, rid))
     if stories:
         lines += ["", "**Drain**", ""]
         lines += [f"- {code(h)}: " + "; ".join(code(x) for x in said)
