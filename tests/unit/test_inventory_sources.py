@@ -198,10 +198,10 @@ BAD: list[tuple[str, str, str | None, str, str | None]] = [
     # The vars plugin refuses a host's own class var before it becomes a path...
     ("class-traversal", "h.ini", "h1 fleetgate_class=../../etc/passwd\n",
      "'../../etc/passwd'", None),
-    # ...and the layer one that a group gave, which the plugin never sees.
+    # ...and one a group gave: the plugin refuses it on the group, before any host sees it.
     ("class-traversal-group-var", "h.ini",
      "h1\n[all:vars]\nfleetgate_class=../../etc/passwd\n",
-     "'../../etc/passwd' is not a node class name", "hosts.h1.fleetgate_class"),
+     "group all: fleetgate_class '../../etc/passwd' is not a node class name", None),
     ("class-group-unknown", "h.ini", "[class_no_such_class]\nh1\n",
      "no node class named 'no-such-class'", None),
     ("script-exit-1", "dyn.sh", "#!/bin/sh\necho 'cmdb unreachable' >&2\nexit 1\n",
