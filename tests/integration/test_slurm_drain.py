@@ -145,7 +145,8 @@ def test_a_running_job_holds_the_drain_until_it_ends_then_the_change_applies(
     # The report tells the host's drain story: the wait on the job, then the resume.
     md = lab.root.parent / f"{rid}.md"
     lab.run("rollout", "report", rid, "--md", str(md))
-    story = next(x for x in md.read_text().splitlines() if x.startswith(f"- `{CANARY}`: "))
+    drain = md.read_text().split("**Drain**", 1)[1]
+    story = next(x for x in drain.splitlines() if x.startswith(f"- `{CANARY}`: "))
     assert f"job {job} 'train-a' (root)" in story and "drained at " in story, story
     assert "resumed at " in story, story
 
