@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.runner.inventory import LIMIT_RE, Inventory, Sources, resolve_inventory
+from fleetgate.runner.inventory import HOST_RE, Inventory, Sources, resolve_inventory
 from fleetgate.smoke import run_smoke
 from fleetgate.smoke.model import CheckResult
 from fleetgate.spec.loader import resolve_class
@@ -131,7 +131,8 @@ def choose_hosts(hostvars: dict[str, dict[str, Any]], node_class: str | None, ev
         name = hostvars[host].get("fleetgate_class")
         if not name or (node_class is not None and name != node_class):
             continue
-        if not LIMIT_RE.fullmatch(host) or "*" in host:
+        # The inventory layer's one host-name rule: LIMIT_RE now takes regex patterns.
+        if not HOST_RE.fullmatch(host):
             raise BadInput("host name cannot be passed to Ansible as a pattern",
                            source="inventory", field=repr(host))
         if name not in classes:
