@@ -166,9 +166,3 @@ def validated(model: type[M], data: Any, source: str | Path, *, prefix: str = ""
     except ValidationError as exc:
         raise validation_error(exc, source, prefix=prefix, what=what) from None
 
-
-def read_input(path: Path) -> str:
-    """The text of an input file (see fleetgate.inputs.read_input: regular files only)."""
-    from fleetgate.inputs import read_input as read  # inputs imports this module
-
-    return read(path)

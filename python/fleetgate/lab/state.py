@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from fleetgate.errors import BadInput, read_input, validation_error
+from fleetgate.errors import BadInput, validation_error
+from fleetgate.inputs import read_input
 
 HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 HostName = Annotated[str, StringConstraints(pattern=HOST_NAME_RE)]

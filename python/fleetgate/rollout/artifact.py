@@ -30,7 +30,8 @@ from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from fleetgate.errors import BadInput, read_input, validation_error
+from fleetgate.errors import BadInput, validation_error
+from fleetgate.inputs import read_input
 from fleetgate.rollout import artifact_mac, budgets, signing
 from fleetgate.rollout.plan import (
     RolloutPlan,

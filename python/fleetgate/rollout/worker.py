@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleetgate.errors import read_input, validation_error
+from fleetgate.errors import validation_error
+from fleetgate.inputs import read_input
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import ansible, redact, secret_vars
 from fleetgate.runner.ansible import HostOutcome
