@@ -444,7 +444,11 @@ def status(
     the journal; after a halt or abort, where each host is and the commands to run next."""
     out = fmt(as_json, output)
     j = _journal()
-    s = summary(j, artifacts.check_id(rollout_id))
+    rid = artifacts.check_id(rollout_id)
+    # The follower starts after the last event read *before* the first frame: a change made
+    # while that frame prints gets its line (at worst twice), never none.
+    events = j.events(rid) if watch else []
+    s = summary(j, rid)
     if watch and out is Output.table:
         with Live(_status_view(s), console=console, refresh_per_second=2) as live:
             while s["state"] not in TERMINAL_ROLLOUT:
@@ -460,7 +464,6 @@ def status(
                               "counts": s["counts"]}, sort_keys=True))
         else:
             write(_status_line(s))
-        events = j.events(rollout_id)
         f = progress.Follower(j.path, rollout_id,
                               progress.line_printer(log_format.value, len(s["waves"]), write),
                               after=events[-1]["seq"] if events else 0)
