@@ -28,7 +28,7 @@ import typer
 from fleetgate.cli import rollout_cmd
 from fleetgate.cli.output import Output
 from fleetgate.errors import BadInput
-from fleetgate.rollout import metrics, notify, report_data, report_html, report_md
+from fleetgate.rollout import metrics, notify, report_data, report_html, report_md, status
 from fleetgate.rollout.journal import Journal
 from tests.conftest import REPO, fleetgate
 from tests.fixtures.rollout.journal_builder import (
@@ -674,3 +674,24 @@ def test_start_rejects_bad_telemetry_flags_before_anything(tmp_path: Path,
     with pytest.raises(BadInput, match="no such directory"):
         rollout_cmd.resume(RID, metrics_file=tmp_path / "no" / "m.prom")
     assert not (tmp_path / "rollouts" / "journal.db").exists()
+
+
+def test_a_host_whose_drain_failed_is_unchanged_counts_as_failed_and_is_planned_again(
+        tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", "/srv/inventory.yml", report_data_artifact(), WAVES)
+    why = ("drain failed at task 'Drain the Slurm node and wait until its jobs have ended' on "
+           "gpu-a01: drain of Slurm node gpu-a01 timed out after 10s, still running there: job "
+           "41 'train' (root); nothing applied; node resumed by fleetgate (now ALLOCATED)")
+    j.set_host(RID, "gpu-a01", "draining")
+    j.set_host(RID, "gpu-a01", "drain_failed", why)
+    for h in HOSTS[1:]:
+        j.set_host(RID, h, "skipped", "rollout halted before this host started")
+    j.set_rollout(RID, "halted", reason="rollout budget exceeded")
+    s = status.summary(j, RID)
+    assert s["budget"]["failed"] == 1 and s["waves"][0]["failed"] == 1
+    assert s["fleet"][0] == ("1 unchanged: its drain failed (the reason says how the node was "
+                             f"left): gpu-a01 ({why})")
+    # Not held, so no heal or diagnose for it: it goes into the next plan with the others.
+    assert not any("--limit gpu-a01" in x for x in s["next_steps"])
+    assert "fleetgate rollout plan /srv/plans/driver-575.yml" in s["next_steps"]

@@ -57,6 +57,7 @@ app = typer.Typer(help="Staged rollouts: canary pools and waves, gates, budgets,
 
 EXIT_BY_STATE = {"completed": 0, "halted": 10, "aborted": 11}
 STATE_COLOUR = {"healthy": "green", "failed_held": "red", "rolled_back": "magenta",
+                "drain_failed": "yellow",
                 "skipped": "dim", "pending": "white", "completed": "green", "halted": "red",
                 "aborted": "red"}
 

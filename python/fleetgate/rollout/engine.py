@@ -301,9 +301,14 @@ class Controller:
     def _drain_stage(self, hosts: list[str], k: int) -> list[str]:
         res = self._drain_run("drain", hosts, k)
         ok, failed = self._split(res, hosts, "drain")
-        if failed:
-            self._fail(list(failed), k, failed, apply_started=False)
+        self._drain_failed(failed)
         return ok
+
+    def _drain_failed(self, failed: dict[str, str]) -> None:
+        """Not failed_held: nothing was applied, and the drain task itself resumed a node it
+        drained (or left another owner's drain alone); its message, the reason, says which."""
+        for h, why in failed.items():
+            self.j.set_host(self.rid, h, "drain_failed", why)
 
     def _apply_stage(self, hosts: list[str], k: int) -> list[str]:
         c = self.plan.change
@@ -346,8 +351,8 @@ class Controller:
                          + f" (policy {self.plan.gates.inconclusive.policy})")
 
     def _fail(self, hosts: list[str], k: int, reasons: dict[str, str], *,
-              apply_started: bool = True, redrain: bool = False) -> None:
-        if self.plan.on_failure != "rollback" or not apply_started:
+              redrain: bool = False) -> None:
+        if self.plan.on_failure != "rollback":
             for h in hosts:
                 self.j.set_host(self.rid, h, "failed_held", reasons[h])
             if redrain and self.drain is not None:

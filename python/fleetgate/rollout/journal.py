@@ -62,11 +62,14 @@ CREATE TABLE IF NOT EXISTS leases(
 ROLLOUT_STATES = ("planned", "running", "soaking", "completed", "halted", "aborted")
 TERMINAL_ROLLOUT = ("completed", "halted", "aborted")
 HostState = Literal["pending", "draining", "applying", "verifying", "rolling_back", "healthy",
-                    "failed_held", "rolled_back", "skipped"]
+                    "failed_held", "rolled_back", "drain_failed", "skipped"]
 HOST_STATES: tuple[HostState, ...] = get_args(HostState)
 IN_FLIGHT: tuple[HostState, ...] = ("draining", "applying", "verifying", "rolling_back")
-TERMINAL_HOST: tuple[HostState, ...] = ("healthy", "failed_held", "rolled_back", "skipped")
-FAILED_HOST: tuple[HostState, ...] = ("failed_held", "rolled_back")
+TERMINAL_HOST: tuple[HostState, ...] = ("healthy", "failed_held", "rolled_back", "drain_failed",
+                                         "skipped")
+# drain_failed: the host could not be taken out of service, so nothing was applied; it counts
+# against the budget like any failure, and its reason says where the scheduler left the node.
+FAILED_HOST: tuple[HostState, ...] = ("failed_held", "rolled_back", "drain_failed")
 
 
 def host_state(text: str) -> HostState:

@@ -65,8 +65,7 @@ def resume_hosts(ctl: Controller, hosts: list[str], k: int,
         found, res = rejoin(ctl, "drain", draining)
         if found and res is not None:
             ok, failed = ctl._split(res, draining, "drain")
-            if failed:
-                ctl._fail(list(failed), k, failed, apply_started=False)
+            ctl._drain_failed(failed)
         else:
             ok = ctl._drain_stage(draining, k)  # draining twice is harmless
         ctl.j.set_hosts(ctl.rid, ok, "applying")

@@ -39,7 +39,7 @@ code,.mono{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:.92em
 .badge{display:inline-block;padding:1px 9px;border-radius:10px;font-weight:600;color:#fff;
  background:#6c757d}
 .s-completed,.s-healthy,.s-pass{background:#1a7f37}.s-halted,.s-failed_held,.s-fail,
-.s-aborted{background:#cf222e}.s-rolled_back{background:#8250df}.s-skipped,.s-pending,
+.s-aborted{background:#cf222e}.s-drain_failed{background:#bc4c00}.s-rolled_back{background:#8250df}.s-skipped,.s-pending,
 .s-nodata{background:#8c959f}.s-running,.s-soaking,.s-applying,.s-verifying,.s-draining,
 .s-rolling_back{background:#bf8700}.s-inconclusive{background:#bf8700}
 .muted{color:#6a737d}.changed{font-weight:600;background:#fff8c5}

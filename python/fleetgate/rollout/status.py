@@ -24,6 +24,7 @@ FLEET_STATES = {
     "healthy": "changed and verified",
     "rolled_back": "rolled back and verified on the old version",
     "failed_held": "held out of service",
+    "drain_failed": "unchanged: its drain failed (the reason says how the node was left)",
     "draining": "in flight (draining)",
     "applying": "in flight (applying)",
     "verifying": "in flight (verifying)",
@@ -143,7 +144,7 @@ def next_steps(s: dict[str, Any], art: dict[str, Any], *, has_canary: bool) -> l
             out.append(f"fleetgate diagnose -i {q(s['inventory'])} --limit {h}")
     if s["resumable"]:
         out.append(f"fleetgate rollout resume {rid}")
-    elif any(d["state"] in ("skipped", "pending") for d in s["hosts"].values()):
+    elif any(d["state"] in ("skipped", "pending", "drain_failed") for d in s["hosts"].values()):
         # A finished rollout never restarts; the untouched hosts go in a new plan.
         plan_file = art.get("plan_file") or "PLAN.yml"
         out.append(f"fleetgate rollout plan {q(str(plan_file))}")
