@@ -17,7 +17,7 @@ import click
 import pytest
 import typer
 
-from fleetgate.cli.main import app
+from fleetgate.cli.main import build
 from fleetgate.rollout import progress
 from fleetgate.rollout.journal import Journal
 from tests.conftest import FLEETGATE, REPO, fleetgate
@@ -194,7 +194,7 @@ def _commands(group: click.Group, path: str = "fleetgate") -> list[tuple[str, cl
 
 
 def test_every_command_documents_examples_and_exit_codes() -> None:
-    root = typer.main.get_command(app)
+    root = typer.main.get_command(build())
     assert isinstance(root, click.Group)
     commands = _commands(root)
     assert len(commands) > 25
