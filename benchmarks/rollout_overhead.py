@@ -13,28 +13,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+from timing import timed_run
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FLEETGATE = str(BIN / "fleetgate")
 LAYOUT = [1, 3, 16]
-
-
-def timed(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode not in ok:
-        raise SystemExit(f"{argv[:3]} -> {proc.returncode}: {proc.stderr[-1500:]}"
-                         f"{proc.stdout[-1500:]}")
-    return elapsed
 
 
 def main() -> None:
@@ -46,7 +35,7 @@ def main() -> None:
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "FLEETGATE_STATE_DIR": str(root),
                "FLEETGATE_LAB_DIR": str(root / "lab"), "PATH": f"{BIN}:{os.environ['PATH']}"}
         n = sum(LAYOUT)
-        timed([FLEETGATE, "lab", "up", "--containers", str(n)], env)
+        timed_run([FLEETGATE, "lab", "up", "--containers", str(n)], env)
         inventory = root / "lab" / "inventory.yml"
         try:
             plan = root / "noop.plan.yml"
@@ -63,16 +52,16 @@ def main() -> None:
             serial = json.dumps({"noop_serial": LAYOUT})
             pb = [str(BIN / "ansible-playbook"), "-i", str(inventory), "-e", serial,
                   str(REPO / "examples/rollout/noop.yml")]
-            timed(pb, ansible_env)  # warm: host keys, control sockets, page cache
+            timed_run(pb, ansible_env)  # warm: host keys, control sockets, page cache
             rows = []
             for i in range(args.runs):
-                a = timed(pb, ansible_env)
-                f = timed([FLEETGATE, "rollout", "start", str(plan), "--id", f"noop-{i}"], env)
+                a = timed_run(pb, ansible_env)
+                f = timed_run([FLEETGATE, "rollout", "start", str(plan), "--id", f"noop-{i}"], env)
                 rows.append({"ansible_playbook_s": round(a, 2), "fleetgate_s": round(f, 2),
                              "ratio": round(f / a, 3)})
                 print(json.dumps(rows[-1]), flush=True)
         finally:
-            timed([FLEETGATE, "lab", "down"], env)
+            timed_run([FLEETGATE, "lab", "down"], env)
     print(json.dumps({"hosts": n, "layout": LAYOUT, "runs": rows,
                       "median_ratio": statistics.median(r["ratio"] for r in rows),
                       "median_ansible_playbook_s": statistics.median(

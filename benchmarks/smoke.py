@@ -16,22 +16,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from timing import timed_run
+
 REPO = Path(__file__).resolve().parents[1]
 FLEETGATE = str(Path(sys.executable).parent / "fleetgate")
-
-
-def run(argv: list[str], env: dict[str, str], *, ok_rcs: tuple[int, ...] = (0,)) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode not in ok_rcs:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): "
-                         f"{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
-    return elapsed
 
 
 def suite_wall(env: dict[str, str], inventory: str, limit: str | None,
@@ -41,7 +32,7 @@ def suite_wall(env: dict[str, str], inventory: str, limit: str | None,
         argv = [FLEETGATE, "smoke", "run", "-i", inventory]
         if limit:
             argv += ["--limit", limit]
-        times.append(run(argv, env))
+        times.append(timed_run(argv, env))
     return {"median_s": round(statistics.median(times), 2), "runs_s": [round(t, 2) for t in times]}
 
 
@@ -50,8 +41,8 @@ def gemm_cv(env: dict[str, str], inventory: str, host: str, runs: int,
     values = []
     for i in range(runs):
         out = out_dir / f"gemm-{i}.json"
-        run([FLEETGATE, "smoke", "run", "-i", inventory, "--limit", host, "--only", "gemm",
-             "--out", str(out)], env)
+        timed_run([FLEETGATE, "smoke", "run", "-i", inventory, "--limit", host, "--only", "gemm",
+                   "--out", str(out)], env)
         doc = json.loads(out.read_text())
         values.append(float(doc["results"][0]["metrics"]["tflops"]))
     mean = statistics.fmean(values)
@@ -73,8 +64,8 @@ def main() -> None:
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
         inventory = str(root / "lab" / "inventory.yml")
         try:
-            run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
-            run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
+            timed_run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
+            timed_run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
             one = suite_wall(env, inventory, "lab-c01", args.repeats)
             many = suite_wall(env, inventory, None, args.repeats)
             cv = gemm_cv(env, inventory, "lab-c01", args.gemm_runs, root)

@@ -52,6 +52,9 @@ def entries(base: Base) -> list[Entry]:
                          tuple(x for x in (f"{eid}/{name}", field) if x), why,
                          inputs=(path,) if made is None else ()))
 
+    def add_fifo(eid: str, name: str, argv: Argv, why: str) -> None:
+        add(eid, name, None, argv, FIFO_REASON, why, made=fifo(base.dir("probe", eid) / name))
+
     def judge_base(p: Path) -> tuple[str, ...]:
         return ("judge", "--baseline", str(p), "--canary", str(base.samples))
 
@@ -92,8 +95,7 @@ def entries(base: Base) -> list[Entry]:
     ]
     for eid, content, why in raw:
         add(eid, "probe.json", content, p, "", why)
-    add("fifo", "probe.json", None, p, FIFO_REASON, "a named pipe as the probe output",
-        made=fifo(base.dir("probe", "fifo") / "probe.json"))
+    add_fifo("fifo", "probe.json", p, "a named pipe as the probe output")
 
     # -- the tools' own outputs
     xml = A100.read_text()
@@ -154,9 +156,7 @@ def entries(base: Base) -> list[Entry]:
     ]
     for eid, content, argv, field, why in judge_cases:
         add(eid, "samples.json", content, argv, field, why)
-    add("judge-fifo", "samples.json", None, judge_base, FIFO_REASON,
-        "a named pipe as a sample file",
-        made=fifo(base.dir("probe", "judge-fifo") / "samples.json"))
+    add_fifo("judge-fifo", "samples.json", judge_base, "a named pipe as a sample file")
 
     # -- saved triage collections (diagnose --from)
     diag_cases: list[tuple[str, str | bytes, str, str]] = [
@@ -175,9 +175,7 @@ def entries(base: Base) -> list[Entry]:
     ]
     for eid, content, field, why in diag_cases:
         add(eid, "triage-h1.json", content, diagnose, field, why)
-    add("diagnose-fifo", "triage-h1.json", None, diagnose, FIFO_REASON,
-        "a named pipe as the saved collection",
-        made=fifo(base.dir("probe", "diagnose-fifo") / "triage-h1.json"))
+    add_fifo("diagnose-fifo", "triage-h1.json", diagnose, "a named pipe as the saved collection")
 
     # -- an earlier run's results as a baseline (read before any host is touched)
     base_cases: list[tuple[str, str | bytes, str, str]] = [
@@ -188,7 +186,6 @@ def entries(base: Base) -> list[Entry]:
     ]
     for eid, content, field, why in base_cases:
         add(eid, "results.json", content, smoke_baseline, field, why)
-    add("baseline-fifo", "results.json", None, smoke_baseline, FIFO_REASON,
-        "a named pipe as the baseline results",
-        made=fifo(base.dir("probe", "baseline-fifo") / "results.json"))
+    add_fifo("baseline-fifo", "results.json", smoke_baseline,
+             "a named pipe as the baseline results")
     return out

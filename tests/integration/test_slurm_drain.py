@@ -5,7 +5,9 @@ resume is scontrol on the controller, and every assertion reads Slurm's own stat
 
 One lab for the file. The change is examples/rollout/stamp-version.yml (a version file and a
 line in applies.log per application, stamped with the host's clock): the point is the order
-of drain, job end and apply, not what is applied.
+of drain, job end and apply, not what is applied. With stamp_reboot it then reboots the host
+the way a container host can: every process but PID 1 is killed and the lab's boot script
+starts munged and slurmd again, so a job that was still running would die.
 """
 
 from __future__ import annotations
@@ -117,14 +119,17 @@ def test_lab_is_a_slurm_cluster_and_the_inventory_says_so(lab: SlurmLab) -> None
     assert lab.slurm(f"srun -w {WAVE2} hostname").strip() == WAVE2
 
 
-def test_a_running_job_holds_the_drain_until_it_ends_then_the_change_applies(
+def test_a_running_job_holds_the_drain_until_it_ends_then_the_change_reboots_the_host(
         lab: SlurmLab) -> None:
-    job = lab.submit(CANARY, 45, "train-a")
+    # On WAVE1, not the canary: that host also runs slurmctld, and this change reboots.
+    job = lab.submit(WAVE1, 45, "train-a")
     rid = "slurm-wait-1"
-    proc = lab.start(lab.plan("slurm-wait", ["pool_canary"]), rid)
+    proc = lab.start(lab.plan("slurm-wait", ["pool_wave1"], change={
+        "playbook": CHANGE,
+        "extra_vars": {"stamp_version": "slurm-wait", "stamp_reboot": True}}), rid)
     seen: set[str] = set()
     while proc.poll() is None:
-        n = lab.node(CANARY)
+        n = lab.node(WAVE1)
         if n["Reason"].startswith(f"fleetgate: {rid} "):
             seen.add(n["State"])
         time.sleep(1)
@@ -133,20 +138,27 @@ def test_a_running_job_holds_the_drain_until_it_ends_then_the_change_applies(
     # Slurm held the node DRAINING (the job still on it), not DRAINED, and fleetgate waited.
     assert "ALLOCATED+DRAIN" in seen, (seen, out[-2000:])
     ended = lab.job_end(job)
-    applied = lab.applies(CANARY, "slurm-wait")
+    applied = lab.applies(WAVE1, "slurm-wait")
     assert len(applied) == 1, applied
     # Slurm's EndTime has whole seconds: the apply began after the second the job ended in.
     assert applied[0] >= ended, (applied, ended)
     to_apply = [e for e in lab.host_events(rid) if e["data"]["to"] == "applying"]
     assert to_apply and to_apply[0]["ts"] >= ended
+    # The reboot killed every process on the host after the job had ended, so the job ran to
+    # its end: a job still running then would have died with its slurmstepd.
+    boots = [float(x) for x in lab.ssh(WAVE1, "cat /var/lib/fleetgate-example/boots.log"
+                                       ).split()]
+    assert len(boots) == 1 and boots[0] > applied[0] >= ended, (boots, applied, ended)
+    assert "JobState=COMPLETED" in lab.slurm(f"scontrol show job -o {job}")
+    assert lab.ssh(WAVE1, "pgrep -x slurmd").strip()
     # Undrained after the gates: back to service, fleetgate's reason gone.
-    assert lab.node(CANARY) == {"State": "IDLE", "Reason": ""}
-    assert lab.status(rid)["hosts"][CANARY]["state"] == "healthy"
+    assert lab.node(WAVE1) == {"State": "IDLE", "Reason": ""}
+    assert lab.status(rid)["hosts"][WAVE1]["state"] == "healthy"
     # The report tells the host's drain story: the wait on the job, then the resume.
     md = lab.root.parent / f"{rid}.md"
     lab.run("rollout", "report", rid, "--md", str(md))
     drain = md.read_text().split("**Drain**", 1)[1]
-    story = next(x for x in drain.splitlines() if x.startswith(f"- `{CANARY}`: "))
+    story = next(x for x in drain.splitlines() if x.startswith(f"- `{WAVE1}`: "))
     assert f"job {job} 'train-a' (root)" in story and "drained at " in story, story
     assert "resumed at " in story, story
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -38,6 +39,15 @@ class Lab(LabHandle):
     def drift(self, host: str) -> tuple[int, dict[str, Any]]:
         rc, doc = self.json("fleet", "drift", "-i", self.inventory, "--limit", host)
         return rc, doc["hosts"][host]
+
+    @contextmanager
+    def fault(self, host: str, kind: str) -> Iterator[None]:
+        """`lab fault HOST KIND` for the block, healed after it whatever the block does."""
+        self.run("lab", "fault", host, kind)
+        try:
+            yield
+        finally:
+            self.run("lab", "heal", host)
 
 
 def stage(walk: dict[str, Any], name: str) -> dict[str, Any]:
@@ -67,11 +77,8 @@ def test_healthy_cpu_host_walks_clean(lab: Lab) -> None:
 
 
 def test_cpu_quota_is_found_at_the_feeding_stage(lab: Lab) -> None:
-    lab.run("lab", "fault", "lab-c02", "throttle-cpu")
-    try:
+    with lab.fault("lab-c02", "throttle-cpu"):
         rc, walk = lab.diagnose("lab-c02")
-    finally:
-        lab.run("lab", "heal", "lab-c02")
     assert (rc, walk["verdict"], walk["stopped_at"]) == (1, "problem", "feeding"), walk["reason"]
     feeding = stage(walk, "feeding")
     assert feeding["findings"][0]["kind"] == "cpu-throttled"
@@ -81,11 +88,8 @@ def test_cpu_quota_is_found_at_the_feeding_stage(lab: Lab) -> None:
 
 
 def test_nccl_on_a_missing_nic_is_found_at_the_comms_stage(lab: Lab) -> None:
-    lab.run("lab", "fault", "lab-c01", "nccl-bad-nic")
-    try:
+    with lab.fault("lab-c01", "nccl-bad-nic"):
         rc, walk = lab.diagnose("lab-c01")
-    finally:
-        lab.run("lab", "heal", "lab-c01")
     assert (rc, walk["stopped_at"]) == (1, "comms"), walk["reason"]
     assert stage(walk, "comms")["summary"].startswith(
         "NCCL_SOCKET_IFNAME=ib9 (from /etc/environment) matches no interface here")
@@ -94,11 +98,8 @@ def test_nccl_on_a_missing_nic_is_found_at_the_comms_stage(lab: Lab) -> None:
 
 def test_unreachable_host_is_inconclusive(lab: Lab) -> None:
     # A stopped host refuses the connection at once; a cut network would cost SSH's timeout.
-    lab.run("lab", "fault", "lab-c02", "stop")
-    try:
+    with lab.fault("lab-c02", "stop"):
         rc, walk = lab.diagnose("lab-c02")
-    finally:
-        lab.run("lab", "heal", "lab-c02")
     assert (rc, walk["verdict"]) == (4, "inconclusive")
     assert walk["reason"].startswith("could not collect: unreachable")
 
@@ -121,11 +122,8 @@ def test_applied_host_is_clean_until_a_pinned_package_is_edited(lab: Lab) -> Non
     rc, host = lab.drift("lab-c01")
     assert (rc, host["status"]) == (0, "clean"), host["drift"]
     assert host["devices"][0]["model"], "the cpu class keys by its CPU model"
-    lab.run("lab", "fault", "lab-c01", "drift-package")
-    try:
+    with lab.fault("lab-c01", "drift-package"):
         rc, host = lab.drift("lab-c01")
-    finally:
-        lab.run("lab", "heal", "lab-c01")
     assert (rc, host["status"]) == (1, "drift")
     assert [(d["kind"], d["field"]) for d in host["drift"]] == [
         ("modified-package", "/boot/config-6.1.0-55-cloud-amd64")]

@@ -76,6 +76,8 @@ class LogFormat(StrEnum):
 LogFormatOpt = Annotated[LogFormat, typer.Option(
     "--log-format", help="Progress lines: text, or json (one object per line, for log "
     "shippers). On a terminal, text is a live view instead.", case_sensitive=False)]
+LeaseTtlOpt = Annotated[float, typer.Option(min=3, max=3600, callback=finite,
+                                            help="Lease TTL in seconds.")]
 HeartbeatOpt = Annotated[float, typer.Option(
     "--heartbeat", min=1, max=60, callback=finite,
     help="Seconds between heartbeat lines while a phase runs.")]
@@ -277,9 +279,7 @@ def start(
         "--inventory", "-i", help="Overrides a plan YAML's inventory (not an artifact's).")
                          ] = None,
     rollout_id: Annotated[str | None, typer.Option("--id", help="Choose the rollout id.")] = None,
-    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, callback=finite,
-                                                   help="Lease TTL in seconds.")
-                         ] = 30.0,
+    lease_ttl: LeaseTtlOpt = 30.0,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
     log_format: LogFormatOpt = LogFormat.text,
@@ -330,9 +330,7 @@ def start(
 ], EXITS_RUN)
 def resume(
     rollout_id: IdArg,
-    lease_ttl: Annotated[float, typer.Option(min=3, max=3600, callback=finite,
-                                                   help="Lease TTL in seconds.")
-                         ] = 30.0,
+    lease_ttl: LeaseTtlOpt = 30.0,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
     log_format: LogFormatOpt = LogFormat.text,

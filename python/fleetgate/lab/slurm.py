@@ -47,7 +47,18 @@ pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
 """
 DAEMON = {"slurmctld": "pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld",
           "slurmd": "pgrep -x slurmd >/dev/null || /usr/sbin/slurmd"}
+# A container has no init to start its daemons after a reboot, so each Slurm host gets this
+# script: what the lab ran to start its daemons, to run again. examples/rollout/
+# stamp-version.yml (stamp_reboot) runs it after killing every process, the lab's stand-in for
+# a reboot on a container host.
+BOOT_SCRIPT = "/usr/local/sbin/fleetgate-lab-boot"
 LOGS = {"slurmctld": "/var/log/slurm/slurmctld.log", "slurmd": "/var/log/slurm/slurmd.log"}
+
+
+def boot_script(controller: bool) -> str:
+    daemons = ([DAEMON["slurmctld"]] if controller else []) + [DAEMON["slurmd"]]
+    return ("#!/bin/sh\n# Written by fleetgate lab (lab/slurm.py).\n" + SETUP
+            + "\n".join(daemons) + "\n")
 
 
 def slurm_conf(controller: str, nodes: list[str]) -> str:
@@ -124,9 +135,10 @@ def start(podman: Podman, paths: LabPaths, hosts: list[LabHost]) -> SlurmCluster
     cluster = SlurmCluster(controller=hosts[0].name, nodes=[h.name for h in hosts])
     src = _write_files(paths, cluster, {h.name: _address(podman, h) for h in hosts})
     for h in hosts:
+        (src / "boot").write_text(boot_script(h is hosts[0]))
         run([podman.binary, "cp", f"{src}/.", f"{h.runtime_name}:{IN_HOST_DIR}"],
             env=podman.env, timeout=60)
-        _exec(podman, h, SETUP)
+        _exec(podman, h, SETUP + f'install -m 0755 "$d/boot" {BOOT_SCRIPT}\n')
     ctl = hosts[0]
     _exec(podman, ctl, DAEMON["slurmctld"])
     for h in hosts:
