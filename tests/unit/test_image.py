@@ -20,7 +20,7 @@ from fleetgate.image.preflight import apt_error, kernel_packages, simulate_scrip
 from fleetgate.image.provenance import parse_sha256sums, sha256sums, template_sha256
 from fleetgate.image.vendor import stanza
 from fleetgate.spec.loader import load_class
-from tests.conftest import REPO
+from tests.conftest import REPO, fleetgate
 
 CLASSES = REPO / "inventory" / "classes"
 LAB_VM = load_class(CLASSES / "lab-vm.yml")
@@ -310,3 +310,27 @@ def test_lab_image_refusals(tmp_path: Path) -> None:
     refuse(["lab-vm:1"], 2, 0, "--vms is 0")
     refuse(["lab-cpu:7"], 2, 0, "no such image")
     refuse(["lab-cpu:x"], 2, 0, "CLASS:VERSION")
+
+
+def test_image_list_and_show_piped_cut_nothing(tmp_path: Path) -> None:
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    kernel = "6.1.0-57-cloud-amd64-with-a-long-local-suffix"
+    d = _fake_image(tmp_path, "lab-cpu", 12, artifact="rootfs.tar", source="docker")
+    doc = json.loads((d / "manifest.json").read_text())
+    doc.update({"build": {"git_revision": rev, "git_dirty": True},
+                "expected": {"kernel": {"abi": kernel}},
+                "components": [{"component": "kernel", "name": "linux-image-" + kernel,
+                                "expected": kernel, "verified": kernel, "status": "ok"}]})
+    (d / "manifest.json").write_text(json.dumps(doc))
+    env = {"COLUMNS": "40"}
+    listed = fleetgate("image", "list", "--out", str(tmp_path), env=env)
+    assert listed.returncode == 0, listed.stderr
+    row = next(x for x in listed.stdout.splitlines() if x.startswith("lab-cpu-12 "))
+    assert f"{rev}+dirty" in row.split(), row
+    shown = fleetgate("image", "show", "lab-cpu:12", "--out", str(tmp_path), "-o", "wide",
+                      env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert any(x.split() == ["kernel", "linux-image-" + kernel, kernel, kernel, "ok"]
+               for x in shown.stdout.splitlines()), shown.stdout
+    both = fleetgate("image", "list", "--out", str(tmp_path), "--json", "-o", "wide")
+    assert both.returncode == 2 and "--json is -o json" in both.stderr

@@ -205,6 +205,10 @@ def test_every_command_documents_examples_and_exit_codes() -> None:
         prose = text.split("\n\nExamples:")[0]
         # Prose is one line per paragraph: the terminal wraps it, not the source.
         assert all("\n" not in para for para in prose.split("\n\n")), path
+    # One output vocabulary: a command that prints JSON takes -o json|wide|table too.
+    for path, cmd in commands:
+        flags = {o for param in cmd.params for o in getattr(param, "opts", [])}
+        assert "--json" not in flags or {"--output", "-o"} <= flags, path
     start = dict(commands)["fleetgate rollout start"].help or ""
     assert all(f"{code} " in start.split("Exit codes:")[1] for code in ("10", "11", "12"))
     v = fleetgate("--version")

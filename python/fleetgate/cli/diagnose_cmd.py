@@ -7,27 +7,30 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from fleetgate.cli.options import InventoryOpt, inventory_sources
-from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput
 from fleetgate.triage.diagnose import DiagnoseRun, diagnose, replay
 from fleetgate.triage.model import Walk
 
-STATUS_COLOUR = {"ok": "green", "problem": "red", "inconclusive": "yellow", "n/a": "dim",
-                 "skipped": "dim"}
 VERDICT_COLOUR = {"clean": "green", "problem": "red", "inconclusive": "yellow"}
 
 
-def _print_walk(w: Walk) -> None:
-    table = Table("stage", "status", "what it saw", title=f"{w.host} ({w.backend})",
-                  title_justify="left")
-    for s in w.stages:
-        colour = STATUS_COLOUR[s.status]
-        table.add_row(f"{s.number}. {esc(s.title)}", f"[{colour}]{s.status}[/{colour}]",
-                      esc(s.summary))
-    console.print(table)
+def _print_walk(w: Walk, out: Output) -> None:
+    print_rows(("stage", "status", "what it saw"),
+               [(f"{s.number}. {s.title}", s.status, s.summary or "-") for s in w.stages], out,
+               title=f"{w.host} ({w.backend})")
     for s in w.stages:
         for f in s.findings[1:]:
             console.print(f"  also ({s.name}): {esc(f.message)}")
@@ -49,7 +52,8 @@ def diagnose_command(
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="The host (or host pattern) to diagnose.")
                      ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
     command_timeout: Annotated[int, typer.Option(
         "--command-timeout", help="Seconds each command may run on the host.")] = 10,
     from_file: Annotated[Path | None, typer.Option(
@@ -63,6 +67,7 @@ def diagnose_command(
     """Walk a host through device health, under-utilisation, feeding and comms; stop at the
     first stage that explains the problem. Exit 0 clean, 1 a stage found a problem, 4 could
     not collect or measure, 2 bad input."""
+    out = fmt(as_json, output)
     if from_file is not None:
         if inventory is not None or limit is not None:
             raise BadInput("give either --from or -i/--limit, not both", source="--from")
@@ -74,13 +79,13 @@ def diagnose_command(
             raise BadInput("--backend and --gpus only apply to --from; a live host's class "
                            "sets them", source="diagnose")
         run = diagnose(inventory_sources(inventory), limit, command_timeout=command_timeout)
-    if as_json:
+    if out is Output.json:
         print_json({"run_dir": str(run.run_dir) if run.run_dir else None,
                     "exit_code": run.exit_code,
                     "hosts": {w.host: w.to_dict() for w in run.walks}})
     else:
         for w in run.walks:
-            _print_walk(w)
+            _print_walk(w, out)
         if run.run_dir is not None:
             console.print(f"collected evidence: {run.run_dir}")
     if run.exit_code:

@@ -7,11 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
 from fleetgate.cli.output import (
-    JSON_HELP,
     JsonFlag,
     Output,
     OutputOpt,
@@ -77,20 +75,19 @@ def hosts(
 def ping(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Ping hosts with Ansible's ping module; exit 1 if any host is unreachable or fails."""
+    out = fmt(as_json, output)
     result = ansible.run(inventory=inventory_sources(inventory), module="ping", limit=limit)
     rows = {h: {"outcome": r.outcome, "message": r.message}
             for h, r in sorted(result.hosts.items())}
-    if as_json:
+    if out is Output.json:
         print_json({"run_dir": str(result.run_dir), "hosts": rows})
     else:
-        table = Table("host", "outcome", "message")
-        for h, r in rows.items():
-            colour = "green" if r["outcome"] in ("ok", "changed") else "red"
-            table.add_row(esc(h), f"[{colour}]{r['outcome']}[/{colour}]", esc(r["message"]))
-        console.print(table)
+        print_rows(("host", "outcome", "message"),
+                   [(h, r["outcome"], r["message"] or "-") for h, r in rows.items()], out)
         console.print(f"run artifacts: {result.run_dir}")
     if not result.hosts:
         console.print("[red]no hosts matched[/red]")
@@ -107,9 +104,11 @@ def ping(
 def facts(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Kernel, OS and class of each host (playbooks/facts.yml); exit 1 if any host fails."""
+    out = fmt(as_json, output)
     result = ansible.run(inventory=inventory_sources(inventory),
                          playbook=content_root() / "playbooks" / "facts.yml", limit=limit)
     rows: dict[str, dict[str, str]] = {}
@@ -119,15 +118,13 @@ def facts(
         rows[name] = {"outcome": hr.outcome, "kernel": info.get("kernel", ""),
                       "os": info.get("os", ""), "class": info.get("node_class", ""),
                       "message": hr.message}
-    if as_json:
+    if out is Output.json:
         print_json({"run_dir": str(result.run_dir), "hosts": rows})
     else:
-        table = Table("host", "class", "kernel", "os", "reachable")
-        for name, r in rows.items():
-            ok = r["outcome"] in ("ok", "changed")
-            table.add_row(esc(name), esc(r["class"]), esc(r["kernel"]), esc(r["os"]),
-                          "[green]yes[/green]" if ok else f"[red]{r['outcome']}[/red]")
-        console.print(table)
+        print_rows(("host", "class", "kernel", "os", "reachable"),
+                   [(name, r["class"] or "-", r["kernel"] or "-", r["os"] or "-",
+                     "yes" if r["outcome"] in ("ok", "changed") else r["outcome"])
+                    for name, r in rows.items()], out)
     if not result.ok or not rows:
         raise typer.Exit(1)
 
@@ -184,24 +181,23 @@ def play(
     limit: LimitOpt = None,
     extra_vars: Annotated[list[str] | None, typer.Option(
         "--extra-vars", "-e", help="KEY=VALUE, repeatable.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Run a playbook through ansible-runner; exit 1 if any host fails or is unreachable."""
+    out = fmt(as_json, output)
     path = resolve_playbook(playbook)
     result = ansible.run(inventory=inventory_sources(inventory), playbook=path, limit=limit,
                          extravars=parse_extra_vars(extra_vars or []))
     rows = {h: {"outcome": r.outcome, "task": r.task, "message": r.message}
             for h, r in sorted(result.hosts.items())}
-    if as_json:
+    if out is Output.json:
         print_json({"run_dir": str(result.run_dir), "status": result.status, "rc": result.rc,
                     "hosts": rows})
     else:
-        table = Table("host", "outcome", "failed task", "message")
-        for h, r in rows.items():
-            colour = "green" if r["outcome"] in ("ok", "changed") else "red"
-            table.add_row(esc(h), f"[{colour}]{r['outcome']}[/{colour}]", esc(r["task"]),
-                          esc(r["message"]))
-        console.print(table)
+        print_rows(("host", "outcome", "failed task", "message"),
+                   [(h, r["outcome"], r["task"] or "-", r["message"] or "-")
+                    for h, r in rows.items()], out)
         if result.error:
             console.print(f"[red]run error:[/red] {esc(result.error)}")
         console.print(f"run artifacts: {result.run_dir}")
@@ -220,29 +216,28 @@ DRIFT_COLOUR = {"clean": "green", "drift": "red", "inconclusive": "yellow"}
 def drift(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Compare each host's live versions and devices with its class and the manifest it
     carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
     could not be read (and nothing drifted)."""
+    out = fmt(as_json, output)
     sel = select(inventory_sources(inventory), limit)
     run_dir, states = read_states(sel)
     hosts = [host_drift(s, sel.classes[s.host]) for s in states]
     hardware = class_hardware(states)
     mixed = [d for hw in hardware for d in mixed_drift(hw)]
-    if as_json:
+    if out is Output.json:
         print_json({"run_dir": str(run_dir),
                     "hosts": {h.host: drift_dict(h) for h in hosts},
                     "classes": {hw.name: {"hosts": hw.hosts, "mixed_hardware": hw.mixed,
                                           "variants": hw.variants} for hw in hardware}})
     else:
-        table = Table("host", "class", "status", "drift")
-        for h in hosts:
-            colour = DRIFT_COLOUR[h.status]
-            detail = "\n".join(esc(d.message) for d in h.drift) or esc(h.reason)
-            table.add_row(esc(h.host), esc(h.class_name or "-"),
-                          f"[{colour}]{h.status}[/{colour}]", detail)
-        console.print(table)
+        print_rows(("host", "class", "status", "drift"),
+                   [(h.host, h.class_name or "-", h.status,
+                     "; ".join(d.message for d in h.drift) or h.reason or "-") for h in hosts],
+                   out)
         for d in mixed:
             console.print(f"[red]mixed hardware:[/red] {esc(d.message)}")
         console.print(f"run artifacts: {run_dir}")
@@ -255,6 +250,7 @@ def drift(
 @app.command("cache-key")
 @documented([
     "fleetgate fleet cache-key -i inventory.yml lab-c01",
+    "fleetgate fleet cache-key -i inventory.yml lab-c01 --engine torch=2.4.1 -o json",
 ])
 def cache_key_command(
     host: Annotated[str, typer.Argument(help="One inventory host.")],
@@ -265,10 +261,12 @@ def cache_key_command(
     runtime: Annotated[str | None, typer.Option(
         "--runtime", help="cuda=X.Y or rocm=X.Y the workload runs (default: the class's "
                           "userland pin).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Print the cache key for engine and compile caches on HOST: a short sha256 over device
     model, PCI ID, compute capability, driver, CUDA/ROCm runtime and engine versions."""
+    out = fmt(as_json, output)
     if not HOST_RE.fullmatch(host):
         raise BadInput("not a single host name", source="HOST", field=repr(host))
     engines = parse_engines(engine or [])
@@ -293,7 +291,7 @@ def cache_key_command(
                       "device kind is needed, not one per host[/red]")
         raise typer.Exit(1)
     key = cache_key(nc.accelerator.backend, state.devices[0], rt, engines)
-    if as_json:
+    if out is Output.json:
         print_json({"host": host, "class": nc.name, "key": key.key,
                     "components": key.components, "run_dir": str(run_dir)})
     else:

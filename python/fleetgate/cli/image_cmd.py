@@ -6,9 +6,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput
 from fleetgate.image import store
 from fleetgate.image.build import BuildOptions, Source, build_image
@@ -75,22 +84,23 @@ def _summary(img: store.StoredImage) -> dict[str, Any]:
 @documented([
     "fleetgate image list",
     "fleetgate image list --json",
+    "fleetgate image list -o wide | grep lab-cpu",
 ])
-def list_(out: OutOpt = None,
-          as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
+def list_(out: OutOpt = None, as_json: JsonFlag = False, output: OutputOpt = None) -> None:
     """Every image in the store, oldest version first."""
+    form = fmt(as_json, output)
     images = store.list_images(store.images_dir(out))
-    if as_json:
+    if form is Output.json:
         print_json([_summary(i) for i in images])
         return
-    table = Table("image", "class", "version", "source", "kernel", "size", "built", "git")
+    rows = []
     for i in images:
         s = _summary(i)
-        rev = str(s["git_revision"] or "?")[:10] + ("+dirty" if s["git_dirty"] else "")
-        table.add_row(esc(i.name), esc(i.node_class), str(i.version), esc(i.source),
-                      esc(s["kernel"]), _size(int(s["artifact_bytes"] or 0)),
-                      esc(s["built_at"]), esc(rev))
-    console.print(table)
+        rev = str(s["git_revision"] or "?") + ("+dirty" if s["git_dirty"] else "")
+        rows.append((i.name, i.node_class, i.version, i.source, s["kernel"],
+                     _size(int(s["artifact_bytes"] or 0)), s["built_at"], rev))
+    print_rows(("image", "class", "version", "source", "kernel", "size", "built", "git"),
+               rows, form)
     if not images:
         console.print(f"no images in {store.images_dir(out)}")
 
@@ -103,11 +113,14 @@ def list_(out: OutOpt = None,
 def show(
     ref: Annotated[str, typer.Argument(metavar="CLASS[:VERSION]")],
     out: OutOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The whole manifest.json.")] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
-    """One image: its build record and each component's expected beside verified version."""
+    """One image: its build record and each component's expected beside verified version
+    (JSON: the whole manifest.json)."""
+    form = fmt(as_json, output)
     img = store.find_image(store.images_dir(out), parse_ref(ref))
-    if as_json:
+    if form is Output.json:
         print_json(img.manifest)
         return
     s = _summary(img)
@@ -121,9 +134,6 @@ def show(
     console.print(f"  package_list_sha256: {esc(img.manifest.get('package_list_sha256'))}")
     if s["omitted"]:
         console.print(f"  [yellow]omitted: {esc(', '.join(s['omitted']))}[/yellow]")
-    table = Table("component", "name", "expected", "verified", "status")
-    for row in img.manifest.get("components", []):
-        colour = {"ok": "green", "omitted": "yellow"}.get(row["status"], "red")
-        table.add_row(esc(row["component"]), esc(row["name"]), esc(row["expected"]),
-                      esc(row["verified"]), f"[{colour}]{row['status']}[/{colour}]")
-    console.print(table)
+    print_rows(("component", "name", "expected", "verified", "status"),
+               [(r["component"], r["name"], r["expected"], r["verified"], r["status"])
+                for r in img.manifest.get("components", [])], form)

@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetgate.cli.output import console, documented, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+)
 from fleetgate.errors import BadInput
 from fleetgate.judge.explain import explain
 from fleetgate.judge.inputs import check_counts, load_samples
@@ -78,8 +87,8 @@ def judge_command(
         help="Worst-case regression a pass may leave open.")] = DEFAULT_UNCERTAINTY_LIMIT,
     self_mode: Annotated[bool, typer.Option(
         "--self", help="The baseline file is the same host before the change.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")
-                       ] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Judge a canary sample file against a baseline sample file, metric by metric:
     Mann-Whitney U with a Hodges-Lehmann shift and its interval (location), Brown-Forsythe
@@ -92,6 +101,7 @@ def judge_command(
     --metric NAME:DIRECTION:KIND, DIRECTION higher or lower, KIND continuous or count
     (repeatable; default: every metric both files have, higher is better). Counts are
     lower-is-better."""
+    out = fmt(as_json, output)
     base = load_samples(baseline)
     can = load_samples(canary)
     metrics = _metric_specs(metric or [], base, can, tolerance)
@@ -106,7 +116,7 @@ def judge_command(
         source="fleetgate judge", prefix="")
     verdict = judge_samples(section, base, can, mode="self" if self_mode else "baseline",
                             source="fleetgate judge")
-    if as_json:
+    if out is Output.json:
         print_json({"baseline_file": str(baseline), "canary_file": str(canary),
                     **verdict.model_dump(mode="json")})
     else:

@@ -6,9 +6,17 @@ from pathlib import Path
 from typing import Annotated, Literal, get_args
 
 import typer
-from rich.table import Table
 
-from fleetgate.cli.output import JSON_HELP, console, documented, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.errors import BadInput
 from fleetgate.image.lab_images import LabImages, resolve_lab_images
 from fleetgate.lab import fleet
@@ -79,25 +87,26 @@ def up(
 @documented([
     "fleetgate lab status",
     "fleetgate lab status --json",
+    "fleetgate lab status -o wide",
 ], "0 ok, 3 lab error")
 def status(
     ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    as_json: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Host, kind, class, port, pool, running, reachable over SSH, active faults."""
+    out = fmt(as_json, output)
     rows = fleet.status(ctx.obj)
-    if as_json:
+    if out is Output.json:
         print_json([{**s.host.model_dump(), "running": s.running, "reachable": s.reachable}
                     for s in rows])
         return
-    table = Table("host", "kind", "class", "port", "pool", "rack/zone", "running", "ssh", "faults")
-    for s in rows:
-        h = s.host
-        table.add_row(h.name, h.kind, h.node_class, str(h.port), h.pool, f"{h.rack}/{h.zone}",
-                      "yes" if s.running else "[red]no[/red]",
-                      "[green]ok[/green]" if s.reachable else "[red]down[/red]",
-                      ",".join(h.faults))
-    console.print(table)
+    print_rows(("host", "kind", "class", "port", "pool", "rack/zone", "running", "ssh",
+                "faults"),
+               [(s.host.name, s.host.kind, s.host.node_class, s.host.port, s.host.pool,
+                 f"{s.host.rack}/{s.host.zone}", "yes" if s.running else "no",
+                 "ok" if s.reachable else "down", ",".join(s.host.faults) or "-")
+                for s in rows], out)
 
 
 @app.command()

@@ -14,7 +14,17 @@ import typer
 from rich.table import Column, Table
 
 from fleetgate.cli.options import InventoryOpt, inventory_sources
-from fleetgate.cli.output import JSON_HELP, console, documented, esc, print_json
+from fleetgate.cli.output import (
+    JsonFlag,
+    Output,
+    OutputOpt,
+    console,
+    documented,
+    esc,
+    fmt,
+    print_json,
+    print_rows,
+)
 from fleetgate.preflight import load_table, scan_target
 from fleetgate.preflight.model import Artifact, ScanResult
 from fleetgate.preflight.warmup import parse_stack
@@ -59,8 +69,9 @@ def _render(result: ScanResult, backend: str, allowed: frozenset[str], strict: b
     shown.sort(key=lambda a: (a not in bad, a.name))
     if shown:
         # Paths and metadata lines are the evidence: wrap them whole rather than cut them.
-        table = Table("artifact", "backend", "evidence",
-                      Column("detail", overflow="fold"), Column("file", overflow="fold"))
+        table = Table(Column("artifact", overflow="fold"), Column("backend", overflow="fold"),
+                      Column("evidence", overflow="fold"), Column("detail", overflow="fold"),
+                      Column("file", overflow="fold"))
         for a in shown:
             rows = _rows(a, allowed, strict)
             for i, row in enumerate(rows):
@@ -99,8 +110,8 @@ def deps(
     tables: Annotated[list[Path] | None, typer.Option(
         "--table", help="Extra vendor table (YAML, same layout as the shipped one); "
                         "repeatable.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)
-                        ] = False,
+    json_out: JsonFlag = False,
+    output: OutputOpt = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Fail on weak evidence too (dlopen strings, optional extras).")
                       ] = False,
@@ -110,10 +121,11 @@ def deps(
 ) -> None:
     """Which GPU backends each artifact in TARGET needs, and the evidence. Exit 1 if any needs a
     backend that --backend does not have, 0 if clean, 2 for bad input."""
+    out = fmt(json_out, output)
     table = load_table(tables or [])
     allowed = table.allowed_vendors(backend)
     result = scan_target(target, table, jobs=jobs)
-    if json_out:
+    if out is Output.json:
         print_json(result.to_json(backend, allowed, strict=strict))
     else:
         _render(result, backend, allowed, strict)
@@ -139,32 +151,33 @@ def warmup(
         "--import", help="Python module of the model stack, repeatable or comma-separated "
                          "(default: what the inference probe imports: numpy on cpu, torch on "
                          "GPUs).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)
-                        ] = False,
+    json_out: JsonFlag = False,
+    output: OutputOpt = None,
 ) -> None:
     """Import the model stack and run a one-batch warm-up through the inference probe on one
     host per class; report cold start and success per class. Exit 0 all pass, 1 a class
     failed, 4 a class could not be measured, 2 bad input."""
+    out = fmt(json_out, output)
     result = run_warmup(inventory_sources(inventory), node_class=node_class, every=every,
                         stack=parse_stack(imports or []))
-    if json_out:
+    if out is Output.json:
         print_json({"classes": [c.to_dict() for c in result.classes],
                     "run_dirs": result.run_dirs, "exit_code": result.exit_code})
     else:
-        table = Table("class", "host", "stack import", "cold start", "warm-up p99", "outcome")
+        rows = []
         for c in result.classes:
             for h in c.hosts:
                 failed = [i for i in h.imports if not i["ok"]]
-                imported = (esc(h.import_error) if h.import_error else
-                            esc(f"{failed[0]['module']}: {failed[0]['error']}") if failed else
+                imported = (h.import_error if h.import_error else
+                            f"{failed[0]['module']}: {failed[0]['error']}" if failed else
                             f"{len(h.imports)} module(s) in {h.import_s or 0:.2f}s")
                 m = h.warmup.get("metrics", {})
                 cold = f"{m['cold_start_s']:.2f}s" if "cold_start_s" in m else "-"
                 p99 = f"{m['p99_ms']:.2f} ms" if "p99_ms" in m else "-"
-                colour = WARMUP_COLOUR[h.outcome]
-                table.add_row(esc(c.name), esc(h.host), imported, cold, p99,
-                              f"[{colour}]{h.outcome}[/{colour}]")
-        console.print(table)
+                rows.append((c.name, h.host, cold, p99, h.outcome, imported))
+        # The import column last: a failed import's error is free text, never padded or cut.
+        print_rows(("class", "host", "cold start", "warm-up p99", "outcome", "stack import"),
+                   rows, out)
         for c in result.classes:
             colour = WARMUP_COLOUR[c.outcome]
             cold = f"{c.cold_start_s:.2f}s" if c.cold_start_s is not None else "unmeasured"
@@ -172,7 +185,7 @@ def warmup(
                           f"(stack {esc(','.join(c.stack) or 'none')}; cold start {cold})")
             for h in c.hosts:
                 if h.outcome != "pass" and h.warmup.get("reason"):
-                    console.print(f"  {esc(h.host)} warm-up: {esc(h.warmup['reason'][:200])}")
+                    console.print(f"  {esc(h.host)} warm-up: {esc(h.warmup['reason'])}")
         console.print(f"run artifacts: {esc(' '.join(result.run_dirs))}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)

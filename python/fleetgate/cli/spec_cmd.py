@@ -57,11 +57,13 @@ def validate(
 def show(
     node_class: Annotated[str, typer.Argument(metavar="CLASS")],
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    output: OutputOpt = None,
 ) -> None:
-    """Print one validated class, with defaults filled in."""
+    """Print one validated class, with defaults filled in (YAML; JSON with -o json)."""
+    out = fmt(as_json, output)
     _, nc = resolve_class(node_class)
     data = nc.model_dump(mode="json")
-    if as_json:
+    if out is Output.json:
         print_json(data)
     else:
         print(yaml.safe_dump(data, sort_keys=False), end="")
