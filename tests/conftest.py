@@ -40,6 +40,7 @@ class LabHandle:
     def __init__(self, root: Path):
         self.root = root
         self.env = {"FLEETGATE_LAB_DIR": str(root), "FLEETGATE_STATE_DIR": str(root.parent)}
+        self.up_output: subprocess.CompletedProcess[str] | None = None  # set by lab_up
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return fleetgate(*args, env=self.env, check=check)

@@ -114,6 +114,7 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
         TIMINGS[f"lab up {name} ({containers} containers, {vms} VMs)"] = time.monotonic() - t
         try:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+            lab.up_output = proc  # what `lab up` printed: its progress lines are tested
             yield lab
         finally:
             fleetgate("lab", "down", env=lab.env)

@@ -7,6 +7,7 @@ Debian kernel under TCG, and faults are real (stopped containers, dropped packet
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -40,6 +41,23 @@ class Lab(LabHandle):
 def lab(lab_up: LabFactory) -> Iterator[Lab]:
     with lab_up("lab", containers=N_CONTAINERS, vms=N_VMS, handle=Lab) as lab:
         yield lab
+
+
+def test_lab_up_prints_a_timestamped_line_per_stage(lab: Lab) -> None:
+    # Piped (the test captures it), so these are the lines a CI log gets, as they happen.
+    assert lab.up_output is not None
+    lines = lab.up_output.stderr.splitlines()
+    assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z lab up: ", x)
+                         for x in lines), lines
+    text = [x.split(" lab up: ", 1)[1] for x in lines]
+    assert text[0].startswith("container image ") and " ready (" in text[0], text
+    names = [f"lab-c{i:02d}" for i in range(1, N_CONTAINERS + 1)] + ["lab-v01"]
+    for h in names:
+        started = next(i for i, x in enumerate(text) if x.startswith(f"{h} started ("))
+        answered = next(i for i, x in enumerate(text) if x.startswith(f"{h} answers SSH ("))
+        assert started < answered, text
+    assert "lab-v01 started (vm, lab-vm, ssh port " in "\n".join(text)
+    assert lab.up_output.stdout.startswith(f"lab up: {len(names)} host(s); inventory ")
 
 
 def test_every_host_answers_ansible_ping(lab: Lab) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
@@ -23,6 +25,7 @@ from fleetgate.lab import fleet
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.paths import LabPaths, default_lab_dir
 from fleetgate.lab.state import FaultKind
+from fleetgate.rollout.status import iso
 from fleetgate.system.podman import Podman
 
 app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)
@@ -78,9 +81,15 @@ def up(
                      container_class=imgs.container_class or container_class,
                      vm_class=imgs.vm_class or vm_class,
                      container_image=imgs.container_image, vm_rootfs=imgs.vm_rootfs,
-                     vm_image=imgs.vm_image, with_slurm=with_slurm)
+                     vm_image=imgs.vm_image, with_slurm=with_slurm, note=_progress)
     console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
                   + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
+
+
+def _progress(message: str) -> None:
+    # stderr, timestamped and flushed: a CI log shows each stage as it happens, and stdout
+    # keeps only the result line.
+    print(f"{iso(time.time())} lab up: {message}", file=sys.stderr, flush=True)
 
 
 @app.command()

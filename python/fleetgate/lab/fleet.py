@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from fleetgate.system.recipes import import_base, slurm_recipe, vm_recipe
 
 CONTAINER_SSH_TIMEOUT = 60.0
 VM_SSH_TIMEOUT = 300.0  # TCG boots take ~20 s idle, far longer on a busy 2-core machine
+# While hosts boot, a line at least this often says which are still awaited: a VM under
+# emulation can take minutes, and a CI log that goes quiet looks hung.
+WAIT_NOTE_S = 30.0
 RACKS = ("rack1", "rack2", "rack3")
 ZONE_OF_RACK = {"rack1": "zone-a", "rack2": "zone-a", "rack3": "zone-b"}
 
@@ -100,7 +104,10 @@ def up(
     vm_rootfs: Path | None = None,
     vm_image: str | None = None,
     with_slurm: bool = False,
+    note: Callable[[str], None] = lambda _msg: None,
 ) -> LabState:
+    """Bring a lab up; `note` gets one line per stage (images, each host started, each host
+    answering SSH, the Slurm cluster) and a line every WAIT_NOTE_S while hosts boot."""
     if containers < 0 or vms < 0 or containers + vms == 0:
         raise BadInput("need at least one host, and no negative counts", source="--containers")
     if with_slurm and containers == 0:
@@ -125,9 +132,11 @@ def up(
     state = LabState(lab_id=paths.lab_id, control_dir=new_control_dir())
     ports: set[int] = set()
     try:
+        t0 = time.monotonic()
         if containers:
             image = (import_base(podman, slurm_recipe(cnc)) if with_slurm
                      else container_image or container_hosts.ensure_base_image(podman, cnc))
+            note(f"container image {image} ready ({time.monotonic() - t0:.0f}s)")
             state.hosts += _plan_hosts(
                 paths, containers, "container", cnc, image, "lab-c", ports, 0)
         if vms:
@@ -142,25 +151,40 @@ def up(
                 vm_hosts.make_disk(paths, h, vnc, vm_rootfs)
                 h.supervisor_pid = vm_hosts.start_vm(paths, h)
             save_state(paths.state, state)
+            note(f"{h.name} started ({h.kind}, {h.node_class}, ssh port {h.port})")
         write_inventory(paths, state)
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            waits = [
-                pool.submit(wait_for_ssh, paths, h,
-                            CONTAINER_SSH_TIMEOUT if h.kind == "container" else VM_SSH_TIMEOUT)
-                for h in state.hosts
-            ]
-            for w in waits:
-                w.result()
+        _wait_all(paths, state.hosts, note)
         if with_slurm:
+            t0 = time.monotonic()
             state.slurm = slurm.start(podman, paths,
                                       [h for h in state.hosts if h.kind == "container"])
             save_state(paths.state, state)
             write_inventory(paths, state)
+            note(f"Slurm cluster up: slurmctld on {state.slurm.controller}, "
+                 f"{len(state.slurm.nodes)} node(s) idle ({time.monotonic() - t0:.0f}s)")
     except BaseException:
         # Never strand half a lab: whatever started is taken down again.
         down(paths)
         raise
     return state
+
+
+def _wait_all(paths: LabPaths, hosts: list[LabHost], note: Callable[[str], None]) -> None:
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pending: dict[Future[None], LabHost] = {
+            pool.submit(wait_for_ssh, paths, h,
+                        CONTAINER_SSH_TIMEOUT if h.kind == "container" else VM_SSH_TIMEOUT): h
+            for h in hosts}
+        while pending:
+            done, _ = wait(pending, timeout=WAIT_NOTE_S, return_when=FIRST_COMPLETED)
+            for f in done:
+                h = pending.pop(f)
+                f.result()
+                note(f"{h.name} answers SSH ({time.monotonic() - t0:.0f}s)")
+            if not done:
+                note(f"waiting for SSH on {', '.join(sorted(h.name for h in pending.values()))} "
+                     f"({time.monotonic() - t0:.0f}s)")
 
 
 def require_state(paths: LabPaths) -> LabState:
