@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +335,35 @@ def test_image_list_and_show_piped_cut_nothing(tmp_path: Path) -> None:
                for x in shown.stdout.splitlines()), shown.stdout
     both = fleetgate("image", "list", "--out", str(tmp_path), "--json", "-o", "wide")
     assert both.returncode == 2 and "--json is -o json" in both.stderr
+
+
+def test_plain_build_progress_prints_steps_tasks_and_errors_and_beats_when_quiet(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.image.progress import PlainReporter
+
+    r = PlainReporter(heartbeat_s=0.2)
+    r.begin("building image lab-cpu-1")
+    t = BuildTracker()
+    task = "TASK [dkms_modules : Build and install every module for every pinned kernel] ****"
+    for level, text in [
+        ("say", "==> docker.lab: Creating a temporary directory"),
+        ("message", "    docker.lab: Reading package lists..."),
+        ("message", f"    docker.lab: {task}"),
+        ("error", "Build 'docker.lab' errored after 3 minutes: boom"),
+    ]:
+        t.feed(level, text)
+        r.packer_line(level, text, t)
+    time.sleep(0.8)  # nothing from Packer: the compile runs
+    r.end()
+    lines = capsys.readouterr().out.splitlines()
+    text = [x.split("] ", 1)[1] for x in lines]
+    assert text[:4] == [
+        "building image lab-cpu-1",
+        "==> Creating a temporary directory",
+        "TASK [dkms_modules : Build and install every module for every pinned kernel]",
+        "ERROR: Build 'docker.lab' errored after 3 minutes: boom"]
+    # apt's chatter is only in the log; the quiet minutes get a line naming the task, whole.
+    assert not any("Reading package lists" in x for x in text)
+    beats = [x for x in text[4:] if x.startswith("still building: ")]
+    assert beats and ("task Build and install every module for every pinned kernel, 1 tasks "
+                      "done") in beats[0], text
