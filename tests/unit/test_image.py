@@ -365,5 +365,5 @@ def test_plain_build_progress_prints_steps_tasks_and_errors_and_beats_when_quiet
     # apt's chatter is only in the log; the quiet minutes get a line naming the task, whole.
     assert not any("Reading package lists" in x for x in text)
     beats = [x for x in text[4:] if x.startswith("still building: ")]
-    assert beats and ("task Build and install every module for every pinned kernel, 1 tasks "
-                      "done") in beats[0], text
+    assert beats and ("task dkms_modules : Build and install every module for every pinned "
+                      "kernel, 1 tasks done") in beats[0], text
