@@ -46,7 +46,7 @@ def lab(lab_up: LabFactory) -> Iterator[Lab]:
 def test_lab_up_prints_a_timestamped_line_per_stage(lab: Lab) -> None:
     # Piped (the test captures it), so these are the lines a CI log gets, as they happen.
     assert lab.up_output is not None
-    lines = lab.up_output.stderr.splitlines()
+    *lines, last = lab.up_output.stdout.splitlines()
     assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z lab up: ", x)
                          for x in lines), lines
     text = [x.split(" lab up: ", 1)[1] for x in lines]
@@ -57,7 +57,7 @@ def test_lab_up_prints_a_timestamped_line_per_stage(lab: Lab) -> None:
         answered = next(i for i, x in enumerate(text) if x.startswith(f"{h} answers SSH ("))
         assert started < answered, text
     assert "lab-v01 started (vm, lab-vm, ssh port " in "\n".join(text)
-    assert lab.up_output.stdout.startswith(f"lab up: {len(names)} host(s); inventory ")
+    assert last.startswith(f"lab up: {len(names)} host(s); inventory "), last
 
 
 def test_every_host_answers_ansible_ping(lab: Lab) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -87,9 +86,9 @@ def up(
 
 
 def _progress(message: str) -> None:
-    # stderr, timestamped and flushed: a CI log shows each stage as it happens, and stdout
-    # keeps only the result line.
-    print(f"{iso(time.time())} lab up: {message}", file=sys.stderr, flush=True)
+    # Timestamped and flushed, on stdout like `rollout start`'s and `image build`'s lines: a
+    # CI log shows each stage as it happens; stderr stays for the one-line error.
+    print(f"{iso(time.time())} lab up: {message}", flush=True)
 
 
 @app.command()
