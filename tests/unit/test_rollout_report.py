@@ -227,7 +227,8 @@ def test_markdown_summary(halted: Journal, tmp_path: Path) -> None:
         "package nvidia-driver-570 570.133.20-1 → not installed` on class `h100-sxm`, 6 hosts "
         "(1 failed_held, 1 healthy, 1 rolled_back, 3 skipped), 19m58s, by `alice@ops-01` at "
         "git `0a1b2c3d4e5f`")
-    assert f"- HTML report: `{tmp_path / 'r.html'}`" in lines
+    html = tmp_path / "r.html"
+    assert f"- HTML report: [r.html]({html.as_uri()}) `{html}`" in lines
     assert "- Reason: `wave 2 budget exceeded: 2 failed > 1 tolerated; rollout budget " \
            "exceeded: 2 failed > 1 tolerated`" in lines
     assert "- 3 untouched (skipped): `gpu-b01`, `gpu-b02`, `gpu-b03`: `rollout halted" in text
@@ -300,7 +301,7 @@ def test_explain_and_report_cli(tmp_path: Path) -> None:
     p = fleetgate("rollout", "report", RID, "--html", str(out), "--md", str(md), env=env)
     assert p.returncode == 0, p.stderr
     assert SVG_RE.search(out.read_text()) and md.read_text().startswith("**HALTED**: ")
-    assert f"- HTML report: `{out}`" in md.read_text()
+    assert f"- HTML report: [r.html]({out.as_uri()}) `{out}`" in md.read_text()
 
 
 def test_report_cli_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -695,3 +696,14 @@ def test_a_host_whose_drain_failed_is_unchanged_counts_as_failed_and_is_planned_
     # Not held, so no heal or diagnose for it: it goes into the next plan with the others.
     assert not any("--limit gpu-a01" in x for x in s["next_steps"])
     assert "fleetgate rollout plan /srv/plans/driver-575.yml" in s["next_steps"]
+
+
+def test_markdown_keeps_a_long_reason_whole(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", "/srv/inventory.yml", report_data_artifact(), WAVES)
+    why = "drain failed: still running there: " + ", ".join(
+        f"job {n} 'train-{n}' (user{n})" for n in range(40))
+    j.set_host(RID, "gpu-a01", "drain_failed", why)
+    j.set_rollout(RID, "halted", reason="rollout budget exceeded")
+    text = report_md.render(j, RID)
+    assert len(why) > 1000 and f"`{why}`" in text

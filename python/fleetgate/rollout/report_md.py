@@ -16,15 +16,11 @@ from fleetgate.rollout import report_data as rd
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.status import FLEET_STATES, summary
 
-MAX_REASON = 400
-
-
 def code(text: object) -> str:
-    """Journal text as a code span: one line, bounded, backticks replaced (a span cannot
-    escape them in every renderer)."""
+    """Journal text as a code span: one line, whole (a change ticket quotes the reason a
+    host failed; a cut one loses the part that names the job or the package), backticks
+    replaced (a span cannot escape them in every renderer)."""
     flat = " ".join(str(text).split()).replace("`", "'")
-    if len(flat) > MAX_REASON:
-        flat = flat[:MAX_REASON] + "…"
     return f"`{flat}`" if flat else "`-`"
 
 
@@ -56,7 +52,9 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
         f"- Budget: {s['budget']['failed']} failed of {s['budget']['tolerated']} tolerated",
     ]
     if html_path is not None:
-        lines.append(f"- HTML report: {code(html_path.resolve())}")
+        # A link a ticket system renders, and the path itself for a reader on the controller.
+        where = html_path.resolve()
+        lines.append(f"- HTML report: [{where.name}]({where.as_uri()}) {code(where)}")
     lines += ["", "**Hosts**", ""]
     for g in s["groups"]:
         hosts = ", ".join(code(h) for h in g["hosts"])
