@@ -707,3 +707,25 @@ def test_markdown_keeps_a_long_reason_whole(tmp_path: Path) -> None:
     j.set_rollout(RID, "halted", reason="rollout budget exceeded")
     text = report_md.render(j, RID)
     assert len(why) > 1000 and f"`{why}`" in text
+
+
+def test_canary_plot_labels_its_unit_says_fail_in_red_and_shows_the_score() -> None:
+    from fleetgate.rollout import report_plots
+
+    d = report_plots.Distribution(
+        group="wave 2 canary", metric="gemm.tflops", direction="higher", tolerance=0.05,
+        ref_label="baseline", new_label="canary", reference=[10.0, 10.2, 9.9, 10.1],
+        candidate=[5.1, 5.0, 5.2, 4.9], outcome="fail", relative_shift=-0.5)
+    svg = report_plots.distribution_svg("wave 2 canary", [d], outcome="fail", score=12.5)
+    # Text stays text in the SVG (svg.fonttype none), so the words can be read back.
+    assert "gemm.tflops (TFLOPS)" in svg
+    assert "wave 2 canary: FAIL, score 12.5 / 100" in svg
+    assert "FAIL -50.0%" in svg
+    red = report_plots.TITLE_COLOUR["fail"]
+    assert svg.count(f"fill: {red}") + svg.count(f"fill:{red}") >= 2, "title and suptitle"
+    width = float(re.search(r'viewBox="0 0 ([0-9.]+) ', svg).group(1))  # type: ignore[union-attr]
+    assert 380 <= width <= 620, width  # about 520 px for one panel
+    passed = report_plots.distribution_svg(
+        "wave 1 canary", [d.__class__(**{**d.__dict__, "outcome": "pass"})], outcome="pass",
+        score=97.0)
+    assert f"fill: {red}" not in passed and "score 97.0 / 100" in passed
