@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +42,10 @@ def cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def add_rollouts(state_dir: Path) -> None:
-    """Beside the halted one: an aborted, a completed and a running rollout."""
+    """Beside the halted one: a rollout in each other state."""
     j = Journal(state_dir / "rollouts" / "journal.db")
-    for rid, state in (("ab-1", "aborted"), ("ok-1", "completed"), ("run-1", "running")):
+    for rid, state in (("ab-1", "aborted"), ("ok-1", "completed"), ("run-1", "running"),
+                       ("plan-1", "planned"), ("soak-1", "soaking")):
         j.create_rollout(rid, "driver-575", "/srv/inventory.yml", artifact(), WAVES)
         j.set_rollout(rid, state, wave=1, phase="applying" if state == "running" else "")
     j.close()
@@ -84,7 +89,7 @@ def test_piped_status_list_and_history_cut_nothing_and_group_hosts(state_dir: Pa
                    f"  fleetgate rollout report {RID} --html {RID}.html --md {RID}.md"]
 
     # Exit codes for every state, and -o json agreeing with --json.
-    for rid, rc in (("ab-1", 11), ("ok-1", 0), ("run-1", 0)):
+    for rid, rc in (("ab-1", 11), ("ok-1", 0), ("run-1", 0), ("plan-1", 0), ("soak-1", 0)):
         got = cli(state_dir, "rollout", "status", rid, "-o", "json")
         assert got.returncode == rc, (rid, got.stderr)
         assert json.loads(got.stdout)["id"] == rid
@@ -216,3 +221,42 @@ def test_every_command_documents_examples_and_exit_codes() -> None:
     h = fleetgate("rollout", "start", "--help", env={"COLUMNS": "100"})
     assert "Examples:" in h.stdout and "12 another controller holds the lease" in \
         " ".join(h.stdout.replace("│", " ").split())
+
+
+def test_status_watch_on_a_terminal_is_a_live_table_not_lines(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "rollouts" / "journal.db")
+    j.create_rollout("tty-1", "driver-575", "/srv/inventory.yml", artifact(), WAVES)
+    j.set_rollout("tty-1", "running", wave=1, phase="applying")
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([str(FLEETGATE), "rollout", "status", "tty-1", "--watch"],
+                            stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+                            env={**os.environ, "FLEETGATE_STATE_DIR": str(tmp_path),
+                                 "FLEETGATE_HOME": str(REPO), "COLUMNS": "120",
+                                 "TERM": "xterm"}, cwd=REPO)
+    os.close(secondary)
+    out = b""
+
+    def read_until(done: Callable[[bytes], bool], limit: float = 60) -> None:
+        nonlocal out
+        deadline = time.monotonic() + limit
+        while not done(out) and time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 0.5)
+            if ready:
+                try:
+                    out += os.read(primary, 65536)
+                except OSError:  # the child closed the terminal
+                    return
+
+    read_until(lambda b: b"gpu-a01" in b)
+    j.set_host("tty-1", "gpu-a01", "failed_held", "gate discovery fail: 7 of 8 GPUs")
+    j.set_rollout("tty-1", "halted", reason="rollout budget exceeded")
+    read_until(lambda b: proc.poll() is not None and b"halted" in b)
+    proc.wait(30)
+    os.close(primary)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 10, text[-2000:]
+    # rich's table borders and cursor control, not the timestamped lines a pipe gets.
+    assert "│" in text or "┃" in text, text[-2000:]
+    assert "\x1b[" in text
+    assert not re.search(rf"^{ISO} ", text, re.M)
+    assert "gate discovery fail: 7 of 8 GPUs" in text

@@ -729,3 +729,19 @@ def test_canary_plot_labels_its_unit_says_fail_in_red_and_shows_the_score() -> N
         "wave 1 canary", [d.__class__(**{**d.__dict__, "outcome": "pass"})], outcome="pass",
         score=97.0)
     assert f"fill: {red}" not in passed and "score 97.0 / 100" in passed
+
+
+def test_a_held_host_of_a_lab_gets_the_lab_heal_command(tmp_path: Path) -> None:
+    lab = tmp_path / "my lab"
+    lab.mkdir()
+    (lab / ".fleetgate-lab").touch()
+    (lab / "inventory.yml").write_text("all: {}\n")
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", str(lab / "inventory.yml"), report_data_artifact(),
+                     WAVES)
+    j.set_host(RID, "gpu-a01", "failed_held", "gate discovery fail")
+    j.set_rollout(RID, "halted", reason="rollout budget exceeded")
+    steps = status.summary(j, RID)["next_steps"]
+    # Quoted for the shell: the lab directory has a space in it.
+    assert f"fleetgate lab --lab-dir '{lab}' heal gpu-a01" in steps, steps
+    assert not any(x.startswith("fleetgate diagnose") for x in steps)
