@@ -764,8 +764,9 @@ def explain(
             "0 stopped with Ctrl-C, 1 cannot listen, 2 bad input (nothing served)")
 def serve_metrics(
     rollout_ids: Annotated[list[str] | None, typer.Argument(
-        help="Rollouts to export (default: the active ones and the last finished one per "
-        "plan).")] = None,
+        help="Rollouts to export (default: one per plan, the active one, else the last "
+        "finished: the rollout label is the plan's name, so two rollouts of one plan would "
+        "be one series).")] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="TCP port (0: any free port).")] = 9464,
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on.")] = "127.0.0.1",

@@ -16,6 +16,7 @@ from fleetgate.rollout import report_data as rd
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.status import FLEET_STATES, summary
 
+
 def code(text: object) -> str:
     """Journal text as a code span: one line, whole (a change ticket quotes the reason a
     host failed; a cut one loses the part that names the job or the package), backticks
