@@ -50,7 +50,7 @@ def test_lab_up_prints_a_timestamped_line_per_stage(lab: Lab) -> None:
     assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z lab up: ", x)
                          for x in lines), lines
     text = [x.split(" lab up: ", 1)[1] for x in lines]
-    assert text[0].startswith("container image ") and " ready (" in text[0], text
+    assert text[1].startswith("container image ") and " ready (" in text[1], text
     names = [f"lab-c{i:02d}" for i in range(1, N_CONTAINERS + 1)] + ["lab-v01"]
     for h in names:
         started = next(i for i, x in enumerate(text) if x.startswith(f"{h} started ("))
@@ -58,6 +58,10 @@ def test_lab_up_prints_a_timestamped_line_per_stage(lab: Lab) -> None:
         assert started < answered, text
     assert "lab-v01 started (vm, lab-vm, ssh port " in "\n".join(text)
     assert last.startswith(f"lab up: {len(names)} host(s); inventory "), last
+    # What the tools said is in the log the first line names, private like all state.
+    log = Path(text[0].split(": ", 1)[1]) if text[0].startswith("log ") else None
+    assert log is not None and log.name == "lab.up.log", text[0]
+    assert "$ podman " in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
 
 
 def test_every_host_answers_ansible_ping(lab: Lab) -> None:

@@ -6,8 +6,8 @@ resume is scontrol on the controller, and every assertion reads Slurm's own stat
 One lab for the file. The change is examples/rollout/stamp-version.yml (a version file and a
 line in applies.log per application, stamped with the host's clock): the point is the order
 of drain, job end and apply, not what is applied. With stamp_reboot it then reboots the host
-the way a container host can: every process but PID 1 is killed and the lab's boot script
-starts munged and slurmd again, so a job that was still running would die.
+the way a container host can: every process but init and the sshd listener is killed and the
+lab's boot script starts munged and slurmd again, so a job that was still running would die.
 """
 
 from __future__ import annotations

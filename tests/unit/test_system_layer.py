@@ -63,3 +63,21 @@ def test_image_base_is_the_lab_base_without_kernel() -> None:
     kernel = f"linux-image-{vm.kernel.abi}={vm.kernel.package_version}"
     assert kernel in vm_recipe(vm).packages and kernel not in base_recipe(vm).packages
     assert base_ref(base_recipe(cpu)) != base_ref(container_recipe(cpu))
+
+
+def test_tool_log_keeps_each_command_and_its_whole_output_privately(tmp_path: Path) -> None:
+    from fleetgate.system import procs
+
+    log = tmp_path / "state" / "up.log"
+    procs.run(["true"])  # outside the context: not logged anywhere
+    with procs.log_to(log):
+        procs.run(["sh", "-c", "echo apt says hello; echo and warns >&2"])
+        procs.run(["sh", "-c", "exit 3"], check=False)
+    procs.run(["echo", "after"])
+    text = log.read_text()
+    assert text.splitlines()[0].startswith(
+        "$ sh -c 'echo apt says hello; echo and warns >&2'  # exit 0, ")
+    assert "apt says hello\nand warns\n" in text
+    assert "$ sh -c 'exit 3'  # exit 3, " in text
+    assert "after" not in text and "$ true" not in text
+    assert oct(log.stat().st_mode & 0o777) == "0o600"

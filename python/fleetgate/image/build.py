@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +51,7 @@ from fleetgate.spec.derive import packer_vars
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import Podman
-from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
+from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S, log_to
 
 Source = Literal["docker", "qemu"]
 BUILD_LABEL = "io.fleetgate.image-build"
@@ -180,6 +181,9 @@ def build_image(opts: BuildOptions, reporter: Reporter) -> BuildResult:
     podman = Podman(work / "containers.conf")
     staging: Path | None = None
     reporter.begin(f"building image {name} from class {nc.name} ({opts.source} source)")
+    reporter.note(f"build log (Packer, apt, mmdebstrap, podman): {log_path}")
+    logging = ExitStack()
+    logging.enter_context(log_to(log_path))
     try:
         t = time.monotonic()
         reporter.note("base image: mmdebstrap rootfs (cached by recipe), imported into podman")
@@ -278,6 +282,7 @@ def build_image(opts: BuildOptions, reporter: Reporter) -> BuildResult:
         reporter.note(f"image {name} published in {final} (build log: {log_path})")
         return BuildResult(published, time.monotonic() - t0, phases)
     finally:
+        logging.close()
         reporter.end()
         if staging is not None:
             store.discard(staging)

@@ -27,7 +27,7 @@ from fleetgate.lab.state import FaultKind, LabHost, LabState, load_state, save_s
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import Podman
-from fleetgate.system.procs import pid_alive, run
+from fleetgate.system.procs import log_to, pid_alive, run
 from fleetgate.system.recipes import import_base, slurm_recipe, vm_recipe
 
 CONTAINER_SSH_TIMEOUT = 60.0
@@ -127,6 +127,17 @@ def up(
 
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.marker.touch()
+    # Beside the lab directory, not in it: a failed `up` takes the lab down again, and the log
+    # is what says why.
+    with log_to(paths.root.parent / f"{paths.root.name}.up.log") as log:
+        note(f"log (podman, mmdebstrap, qemu tools): {log}")
+        return _up(paths, containers, vms, cnc, vnc, container_image, vm_rootfs, vm_image,
+                   with_slurm, note)
+
+
+def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeClass,
+        container_image: str | None, vm_rootfs: Path | None, vm_image: str | None,
+        with_slurm: bool, note: Callable[[str], None]) -> LabState:
     ensure_client_key(paths)
     podman = Podman(paths.containers_conf)
     state = LabState(lab_id=paths.lab_id, control_dir=new_control_dir())
