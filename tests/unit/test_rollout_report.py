@@ -745,3 +745,14 @@ def test_a_held_host_of_a_lab_gets_the_lab_heal_command(tmp_path: Path) -> None:
     # Quoted for the shell: the lab directory has a space in it.
     assert f"fleetgate lab --lab-dir '{lab}' heal gpu-a01" in steps, steps
     assert not any(x.startswith("fleetgate diagnose") for x in steps)
+
+
+def test_history_says_who_approved_without_the_signature_blob(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "driver-575", "/srv/inventory.yml", report_data_artifact(), WAVES)
+    sig = "-----BEGIN SSH SIGNATURE-----\n" + "A" * 400 + "\n-----END SSH SIGNATURE-----\n"
+    j.request(RID, "approve", "canary looks fine", wave=2, by="alice (SHA256:abc)",
+              proof={"signature": sig, "namespace": "fleetgate-approval"})
+    line = status.history_line(j.events(RID, kinds=("approve",))[-1])
+    assert line.endswith(" approve w2: by alice (SHA256:abc) (signed) (canary looks fine)"), line
+    assert "BEGIN SSH SIGNATURE" not in line and "AAAA" not in line

@@ -191,7 +191,7 @@ def history_line(e: dict[str, Any]) -> str:
     elif kind == "ansible":
         text = f"{d.get('event')} task \"{_text(d.get('task') or '')}\"" + (
             f" changed {str(d['changed']).lower()}" if "changed" in d else "") + (
-            f": {_text(d['msg'])[:300]}" if d.get("msg") else "")
+            f": {_text(d['msg'])}" if d.get("msg") else "")
     elif kind == "smoke":
         r = d["result"]
         text = f"{d.get('label')} {r['check']} {r['status']}: {_text(r['reason'])}"
@@ -200,6 +200,9 @@ def history_line(e: dict[str, Any]) -> str:
         text = (f"{str(v.get('outcome', 'skipped')).upper()}"
                 + (f" score {v['score']}" if v.get("score") is not None else "")
                 + f": {_text(v.get('reason') or d.get('reason') or '')}")
+    elif kind in ("approve", "abort"):
+        # Who and why; a signature's proof (the SSH signature itself) stays in --json.
+        text = f"by {_text(d.get('by') or '?')}" + (" (signed)" if d.get("proof") else "") + why
     elif kind in ("hoststate", "reconcile_host"):
         st = d.get("state") if kind == "hoststate" else d.get("host_state")
         label = d.get("label") or "reconcile"
