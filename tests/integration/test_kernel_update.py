@@ -11,11 +11,12 @@ kernel under qemu. In order:
 - a third-party DKMS module that builds for 55 but not for 57 then makes kernel-update refuse
   to reboot: fleetgate's own pre-reboot gate fails, 57 is removed again, the host keeps 55 as
   its default boot, and the reason names the module.
-Every kernel claim is proven by `uname -r` after a real reboot. The broken module comes last
-so that its kernel-update finds 57 already unpacked: under TCG an install of a kernel with its
-headers costs minutes, and the gate under test is the same whether the package came now or
-earlier. (When Debian's own DKMS hook fails a fresh install instead, the same rescue block
-runs; that path is not exercised here.)
+Every kernel the host is said to run is proven by `uname -r` after a real reboot; the refused
+update is proven by the boot links the next boot would follow, and by the absence of a boot.
+The broken module comes last so that its kernel-update finds 57 already unpacked: under TCG
+an install of a kernel with its headers costs minutes, and the gate under test is the same
+whether the package came now or earlier. (When Debian's own DKMS hook fails a fresh install
+instead, the same rescue block runs; that path is not exercised here.)
 """
 
 from __future__ import annotations
@@ -167,10 +168,11 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     failure = json.loads(vm.ssh("cat /etc/fleetgate/last-failure.json"))
     assert failure["kept"] == OLD and "fgbroken" in failure["reason"]
     assert len(vm.boots()) == boots_before, "the host must not have rebooted"
+    # The lab VM boots whatever /vmlinuz names (lab/vm_supervisor.py reads the link from the
+    # disk before each boot), and the rollback test above proved a real boot through that
+    # link; so the old kernel stays the default boot. A further reboot here would cost two
+    # minutes of the suite's slowest lane and prove nothing new.
     assert vm.ssh("readlink /vmlinuz") == f"boot/vmlinuz-{OLD}"
+    assert vm.ssh("uname -r") == OLD
     assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
         "", "unknown ok not-installed", "deinstall ok config-files")
-    # And it really still boots the old kernel.
-    vm.reboot()
-    assert vm.ssh("uname -r") == OLD
-    vm.ssh("dkms remove fgbroken/1.0 --all && rm -rf /usr/src/fgbroken-1.0")
