@@ -6,6 +6,7 @@ The page in a real browser is tests/integration/test_rollout_report_chromium.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import os
@@ -726,7 +727,7 @@ def test_canary_plot_labels_its_unit_says_fail_in_red_and_shows_the_score() -> N
     width = float(re.search(r'viewBox="0 0 ([0-9.]+) ', svg).group(1))  # type: ignore[union-attr]
     assert 380 <= width <= 620, width  # about 520 px for one panel
     passed = report_plots.distribution_svg(
-        "wave 1 canary", [d.__class__(**{**d.__dict__, "outcome": "pass"})], outcome="pass",
+        "wave 1 canary", [dataclasses.replace(d, outcome="pass")], outcome="pass",
         score=97.0)
     assert f"fill: {red}" not in passed and "score 97.0 / 100" in passed
 

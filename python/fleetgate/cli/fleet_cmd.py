@@ -205,9 +205,6 @@ def play(
         raise typer.Exit(1)
 
 
-DRIFT_COLOUR = {"clean": "green", "drift": "red", "inconclusive": "yellow"}
-
-
 @app.command()
 @documented([
     "fleetgate fleet drift -i inventory.yml",

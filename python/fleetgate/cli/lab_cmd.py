@@ -20,11 +20,11 @@ from fleetgate.cli.output import (
 )
 from fleetgate.errors import BadInput
 from fleetgate.image.lab_images import LabImages, resolve_lab_images
+from fleetgate.isotime import iso
 from fleetgate.lab import fleet
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.paths import LabPaths, default_lab_dir
 from fleetgate.lab.state import FaultKind
-from fleetgate.rollout.status import iso
 from fleetgate.system.podman import Podman
 
 app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)

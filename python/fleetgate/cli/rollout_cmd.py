@@ -35,6 +35,7 @@ from fleetgate.cli.output import (
     print_rows,
 )
 from fleetgate.errors import BadInput, FleetgateError
+from fleetgate.isotime import iso
 from fleetgate.revision import git_revision, operator
 from fleetgate.rollout import artifact as artifacts
 from fleetgate.rollout import metrics as rollout_metrics
@@ -47,7 +48,6 @@ from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
     history_line,
-    iso,
     summary,
 )
 from fleetgate.site import current_site

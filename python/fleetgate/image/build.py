@@ -182,8 +182,8 @@ def build_image(opts: BuildOptions, reporter: Reporter) -> BuildResult:
     staging: Path | None = None
     reporter.begin(f"building image {name} from class {nc.name} ({opts.source} source)")
     reporter.note(f"build log (Packer, apt, mmdebstrap, podman): {log_path}")
-    logging = ExitStack()
-    logging.enter_context(log_to(log_path))
+    tool_log = ExitStack()  # closed in the finally below, after every step that runs a tool
+    tool_log.enter_context(log_to(log_path))
     try:
         t = time.monotonic()
         reporter.note("base image: mmdebstrap rootfs (cached by recipe), imported into podman")
@@ -282,7 +282,7 @@ def build_image(opts: BuildOptions, reporter: Reporter) -> BuildResult:
         reporter.note(f"image {name} published in {final} (build log: {log_path})")
         return BuildResult(published, time.monotonic() - t0, phases)
     finally:
-        logging.close()
+        tool_log.close()
         reporter.end()
         if staging is not None:
             store.discard(staging)

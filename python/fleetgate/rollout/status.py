@@ -8,7 +8,6 @@ abort, the exact commands that come next.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shlex
 from collections import Counter
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
+from fleetgate.isotime import iso
 from fleetgate.rollout.journal import FAILED_HOST, Journal
 from fleetgate.rollout.lease import holder
 
@@ -38,14 +38,6 @@ DEFAULT_HISTORY_KINDS = ("rollout", "started", "host", "canary", "approval_neede
                          "abort", "reconcile", "reconcile_host", "soak", "baseline", "gate_retry")
 HISTORY_KINDS = (*DEFAULT_HISTORY_KINDS, "batch", "smoke", "hoststate", "ansible",
                  "lease", "notify_error", "listener_error")
-
-
-def iso(ts: float | None) -> str:
-    """ISO-8601 UTC with milliseconds: sortable, unambiguous, and what log shippers parse."""
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(float(ts), dt.UTC).isoformat(timespec="milliseconds"
-                                                                  ).replace("+00:00", "Z")
 
 
 def summary(j: Journal, rid: str) -> dict[str, Any]:
