@@ -11,15 +11,15 @@ Cells (issue 20's targets), each from --trials trials (default 1000):
 
 * 10% / 5% regression and no change at CV 0.05, 16 samples a side; no change at CV 0.10;
   the 5% rows again with a 2.5% tolerance (a 5% regression against the default 5% tolerance
-  sits on the boundary: ~50% by definition) at 16 and 24 samples a side;
+  sits on the boundary: ~50% by definition) at 16, 24 and 32 samples a side;
 * no change at CV 0.05 with the old benchmark's 10 canary / 20 baseline samples (the
   configuration that used to halt ~48% of healthy rollouts on max_baseline_cv);
 * 2x spread with the same median (CV 0.05 -> 0.10), at 16 and at 48 samples a side;
 * event counts from an all-zero baseline: Poisson(3) per canary sample, and exactly 3 events
   over 5 canary samples (the edge: marginal, never a pass);
 * a batch of 4 canaries, one 3x slower, each judged on its own against one baseline
-  (8 samples per host, 16 baseline), at CV 0.03 and 0.05: detection of the slow host and how
-  many healthy hosts of the batch failed.
+  (16 baseline samples), at CV 0.03 and 0.05 with 8 samples per host, and at CV 0.05 with 16:
+  detection of the slow host and how many healthy hosts of the batch failed.
 
 "detected" is the share of trials whose verdict is not a pass (fail, or inconclusive for a
 marginal spread or count); "fail" is the share that failed outright.
@@ -86,6 +86,8 @@ CELLS: list[Cell] = [
     ("5% regression, CV 0.05, 16/16, tol 2.5%", "continuous", shifted(0.95, 0.05, 16, 16),
      ">= 80% detected", lambda r: r["fail"] >= 80),
     ("5% regression, CV 0.05, 24/24, tol 2.5%", "continuous", shifted(0.95, 0.05, 24, 24),
+     "(samples needed)", lambda r: r["fail"] >= 80),
+    ("5% regression, CV 0.05, 32/32, tol 2.5%", "continuous", shifted(0.95, 0.05, 32, 32),
      "(samples needed)", lambda r: r["fail"] >= 80),
     ("no change, CV 0.05, 24/24, tol 2.5%", "continuous", shifted(1.0, 0.05, 24, 24),
      "<= 0.5% fail, <= 2% inconcl.", lambda r: r["fail"] <= 0.5 and r["inconclusive"] <= 2),
@@ -163,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         rates = run_cell(section(kind, args, case), draw, args.trials, args.seed + i)
         rows.append({"case": case, **rates, "target": target, "met": met(rates)})
     batches = []
-    for j, cv in enumerate((0.03, 0.05)):
-        b = run_batch(section("continuous", args), cv, args.trials, args.seed + 100 + j)
-        batches.append({"case": f"one 3x slow host in 4, CV {cv:g}, 8/host vs 16", **b,
+    for j, (cv, per_host) in enumerate(((0.03, 8), (0.05, 8), (0.05, 16))):
+        b = run_batch(section("continuous", args), cv, args.trials, args.seed + 100 + j,
+                      per_host=per_host)
+        batches.append({"case": f"one 3x slow host in 4, CV {cv:g}, {per_host}/host vs 16", **b,
                         "target": ">= 99.9% detected, 0 healthy failed",
                         "met": b["slow_failed"] >= 99.9 and b["healthy_failed"] == 0})
     elapsed = time.perf_counter() - t0
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{b['healthy_not_pass']}), trials with a healthy host failed "
                       f"{b['trials_with_a_healthy_failed']} -> "
                       f"{'met' if b['met'] else 'NOT met'}")
-    console.print(f"{args.trials * (len(rows) + 8)} judgements in {elapsed:.1f}s")
+    console.print(f"{args.trials * (len(rows) + 4 * len(batches))} judgements in {elapsed:.1f}s")
     return 0
 
 

@@ -150,6 +150,8 @@ def entries(base: Base) -> list[Entry]:
         ("invalid-utf8", text.replace('"notes": []', '"notes": ["\udcff"]', 1)
          .encode("utf-8", "surrogateescape"), "", "a byte that is not UTF-8"),
         ("too-deep", deep_json(), "", "arrays nested past the recursion limit"),
+        ("number-out-of-range", text.replace('"concurrency": ', '"concurrency": 1e999, "c": ', 1),
+         "", "1e999: valid JSON that reads as infinity"),
     ]
     for eid, content, field, why in raw:
         add(eid, content, field, why)

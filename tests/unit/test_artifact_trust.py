@@ -287,6 +287,37 @@ def test_a_key_others_can_read_is_refused(tmp_path: Path,
     assert "readable by others" in exc.value.reason
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_key_that_is_not_a_regular_file_is_refused_without_blocking(
+        tmp_path: Path, in_site: Callable[..., None], kind: str) -> None:
+    site = make_site(tmp_path / "site")
+    in_site(site)
+    doc = artifacts.build(site / "plan.yml", None)
+    path = artifacts.write(doc, site / "a.json")
+    key = site / ".fleetgate" / "keys" / "artifact.key"
+    key.unlink()
+    if kind == "fifo":
+        os.mkfifo(key, 0o600)  # opened without O_NONBLOCK, this read would never return
+    else:
+        key.mkdir(mode=0o700)
+    with pytest.raises(BadInput) as exc:
+        artifacts.load(path)
+    what = "a FIFO" if kind == "fifo" else "a directory"
+    assert exc.value.reason == f"the artifact key is {what}, not a regular file"
+
+
+def test_a_number_out_of_float_range_is_bad_input_not_an_internal_error(
+        plain: tuple[Path, Path], tmp_path: Path) -> None:
+    _, path = plain
+    text = path.read_text()
+    assert '"concurrency": ' in text
+    huge = tmp_path / "huge.json"
+    huge.write_text(text.replace('"concurrency": ', '"concurrency": 1e999, "x": ', 1))
+    with pytest.raises(BadInput) as exc:
+        artifacts.load(huge)
+    assert "1e999 is out of range for a number" in exc.value.reason
+
+
 # ------------------------------------------------------------------------------ signatures
 
 class Signed:

@@ -74,6 +74,41 @@ def test_too_few_peers_for_the_relative_check_is_inconclusive() -> None:
     assert "2 measured peers, needs 3 (min_peers)" in res[0].reason
 
 
+def test_kernel_log_section_missing_from_the_probe_is_inconclusive() -> None:
+    nc = a100_class()
+    m = nvidia_discovery()
+    del m["kernel_log"]
+    r = judge("gpu-1", report("discovery", "nvidia", m), nc, resolve(nc))
+    assert r.status == "inconclusive"
+    assert "reported no kernel_log section, so no Xid/MCE scan" in r.reason
+
+
+@pytest.mark.parametrize("value", [None, 0, -1.0, "fast", True, float("nan")])
+def test_relative_metric_missing_from_an_ok_probe_is_inconclusive(value: object) -> None:
+    res = gemm_results({"a": 3.0, "b": 3.1, "c": 2.9, "d": 3.05})
+    if value is None:
+        del res[3].metrics["tflops"]
+    else:
+        res[3].metrics["tflops"] = value
+    by = {r.host: r for r in apply_relative(res)}
+    assert by["d"].status == "inconclusive"
+    assert "relative check has no value: tflops is" in by["d"].reason
+    assert "needs a number > 0" in by["d"].reason
+    assert [by[h].status for h in "abc"] == ["pass", "pass", "pass"]
+
+
+@pytest.mark.parametrize("bad", [None, "n/a", float("nan")])
+def test_a_repeat_that_did_not_measure_is_no_data_not_dropped(bad: object) -> None:
+    sec = parse_canary_section({"metrics": [GEMM]})
+    ref = Reference(mode="promoted", hosts=["p1", "p2"], results=[
+        _gemm_result(h, draw(100, 0.02, 5, i)) for i, h in enumerate(("p1", "p2"))])
+    samples: list[Any] = draw(100, 0.02, 6, 20)
+    samples[2] = bad
+    v = gates._judge_host(_ctl(ref), sec, "h1", [_gemm_result("h1", samples)])
+    assert v.outcome == "inconclusive"
+    assert "canary has 1 non-finite value(s)" in v.metrics[0].reason
+
+
 def test_relative_check_left_to_the_canary_is_not_judged_twice() -> None:
     res = apply_relative(gemm_results({"a": 3.0, "b": 0.1}), skip=("gemm",))
     assert [r.status for r in res] == ["pass", "pass"]
@@ -110,9 +145,10 @@ def _ctl(reference: Reference, before: dict[str, list[CheckResult]] | None = Non
     return SimpleNamespace(reference=reference, before=before or {})
 
 
-def _gemm_result(host: str, samples: list[float]) -> CheckResult:
+def _gemm_result(host: str, samples: list[Any]) -> CheckResult:
+    finite = [v for v in samples if isinstance(v, float) and np.isfinite(v)]
     return CheckResult(host=host, check="gemm", status="pass", probe_status="ok", reason="",
-                       metrics={"tflops": float(np.median(samples)), "samples": samples})
+                       metrics={"tflops": float(np.median(finite)), "samples": samples})
 
 
 def test_last_wave_without_any_reference_is_inconclusive_never_skipped() -> None:

@@ -172,6 +172,20 @@ def test_a_secret_file_must_be_the_operators_alone(tmp_path: Path) -> None:
         resolve({"t": SecretRef(file=str(tmp_path / "short"))}, source="p", section="change")
 
 
+@pytest.mark.parametrize("kind", ["a FIFO", "a directory"])
+def test_a_secret_file_that_is_not_a_file_is_refused_without_blocking(
+        tmp_path: Path, kind: str) -> None:
+    f = tmp_path / "token"
+    if kind == "a FIFO":
+        os.mkfifo(f, 0o600)  # no writer: a blocking open would wait forever
+    else:
+        f.mkdir(mode=0o700)
+    with pytest.raises(BadInput) as exc:
+        resolve({"registry_token": SecretRef(file=str(f))}, source="plan.yml", section="change")
+    assert "must be a regular file of yours" in exc.value.reason
+    assert f"it is {kind}, 0600" in exc.value.reason or f"it is {kind}, 0700" in exc.value.reason
+
+
 def test_redactor_masks_secrets_and_credential_text_but_not_metrics() -> None:
     r = redact.Redactor()
     r.add_secrets(["s3cr3t-\"quoted\"-value"])

@@ -291,8 +291,10 @@ def _brief_example() -> GateVerdict:
 
 def test_explanation_has_medians_p_value_and_effect_size() -> None:
     lines = explain(_brief_example()).splitlines()
-    assert len(lines) == 2
-    metric, gate = lines
+    assert len(lines) == 3
+    metric, samples, gate = lines
+    assert samples == ("  canary samples: 5.3 5.4 5.5 5.7 5.8 5.9; baseline samples: 137.2 "
+                       "137.7 138.2 138.7 139.2 139.7 140.7 141.2 141.7 142.2 142.7 143.2")
     assert metric.startswith("gemm_gflops: FAIL — canary median 5.6 vs baseline 140.2")
     assert "HL shift -134.6 (-96.0% CI [" in metric and "tolerance 5%)" in metric
     # 6 vs 12 with every canary below every baseline: exact p = 1 / C(18, 6).

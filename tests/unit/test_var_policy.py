@@ -111,8 +111,8 @@ def test_ordinary_vars_and_secret_references_are_accepted(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("secret_vars", "extra", "words"), [
-    ({"t": {"env": "A", "file": "/x"}}, {}, "exactly one of env or file"),
-    ({"t": {}}, {}, "exactly one of env or file"),
+    ({"t": {"env": "A", "file": "/x"}}, {}, "exactly one of env, file or vault"),
+    ({"t": {}}, {}, "exactly one of env, file or vault"),
     ({"t": {"env": "A; rm -rf /"}}, {}, "secret_vars.t.env"),
     ({"t": {"file": "relative/path"}}, {}, "secret_vars.t.file"),
     ({"t": {"value": "hunter2hunter2"}}, {}, "unknown key"),

@@ -8,18 +8,8 @@ from typing import Annotated
 
 import typer
 
+from fleetgate.cli import output as ui
 from fleetgate.cli.options import InventoryOpt, inventory_sources
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-    print_rows,
-)
 from fleetgate.errors import BadInput
 from fleetgate.triage.diagnose import DiagnoseRun, diagnose, replay
 from fleetgate.triage.model import Walk
@@ -27,23 +17,23 @@ from fleetgate.triage.model import Walk
 VERDICT_COLOUR = {"clean": "green", "problem": "red", "inconclusive": "yellow"}
 
 
-def _print_walk(w: Walk, out: Output) -> None:
-    print_rows(("stage", "status", "what it saw"),
-               [(f"{s.number}. {s.title}", s.status, s.summary or "-") for s in w.stages], out,
-               title=f"{w.host} ({w.backend})")
+def _print_walk(w: Walk, out: ui.Output) -> None:
+    ui.print_rows(("stage", "status", "what it saw"),
+                  [(f"{s.number}. {s.title}", s.status, s.summary or "-") for s in w.stages], out,
+                  title=f"{w.host} ({w.backend})")
     for s in w.stages:
         for f in s.findings[1:]:
-            console.print(f"  also ({s.name}): {esc(f.message)}")
+            ui.console.print(f"  also ({s.name}): {ui.esc(f.message)}")
         for note in s.notes:
-            console.print(f"  note ({s.name}): {esc(note)}")
+            ui.console.print(f"  note ({s.name}): {ui.esc(note)}")
     colour = VERDICT_COLOUR[w.verdict]
-    console.print(f"[{colour}]{w.host}: {w.verdict}[/{colour}] -- {esc(w.reason)}")
+    ui.console.print(f"[{colour}]{w.host}: {w.verdict}[/{colour}] -- {ui.esc(w.reason)}")
     decision = next((s.decision for s in w.stages if s.decision), None)
     if decision:
-        console.print(f"[bold]decision:[/bold] {esc(decision)}")
+        ui.console.print(f"[bold]decision:[/bold] {ui.esc(decision)}")
 
 
-@documented([
+@ui.documented([
     "fleetgate diagnose -i inventory.yml --limit gpu-a03",
     "fleetgate diagnose --from runs/triage-gpu-a03.json --backend nvidia --gpus 8",
 ], "0 clean, 1 a stage found a problem, 4 could not collect or measure, 2 bad input")
@@ -52,8 +42,8 @@ def diagnose_command(
     limit: Annotated[str | None, typer.Option("--limit", "-l",
                                               help="The host (or host pattern) to diagnose.")
                      ] = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
     command_timeout: Annotated[int, typer.Option(
         "--command-timeout", help="Seconds each command may run on the host.")] = 10,
     from_file: Annotated[Path | None, typer.Option(
@@ -67,7 +57,7 @@ def diagnose_command(
     """Walk a host through device health, under-utilisation, feeding and comms; stop at the
     first stage that explains the problem. Exit 0 clean, 1 a stage found a problem, 4 could
     not collect or measure, 2 bad input."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     if from_file is not None:
         if inventory is not None or limit is not None:
             raise BadInput("give either --from or -i/--limit, not both", source="--from")
@@ -79,14 +69,14 @@ def diagnose_command(
             raise BadInput("--backend and --gpus only apply to --from; a live host's class "
                            "sets them", source="diagnose")
         run = diagnose(inventory_sources(inventory), limit, command_timeout=command_timeout)
-    if out is Output.json:
-        print_json({"run_dir": str(run.run_dir) if run.run_dir else None,
-                    "exit_code": run.exit_code,
-                    "hosts": {w.host: w.to_dict() for w in run.walks}})
+    if out is ui.Output.json:
+        ui.print_json({"run_dir": str(run.run_dir) if run.run_dir else None,
+                       "exit_code": run.exit_code,
+                       "hosts": {w.host: w.to_dict() for w in run.walks}})
     else:
         for w in run.walks:
             _print_walk(w, out)
         if run.run_dir is not None:
-            console.print(f"collected evidence: {run.run_dir}")
+            ui.console.print(f"collected evidence: {run.run_dir}")
     if run.exit_code:
         raise typer.Exit(run.exit_code)

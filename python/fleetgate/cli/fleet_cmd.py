@@ -8,18 +8,8 @@ from typing import Annotated
 
 import typer
 
+from fleetgate.cli import output as ui
 from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-    print_rows,
-)
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.runner.connection_vars import value_problem
@@ -37,19 +27,19 @@ PLAYBOOK_RE = re.compile(r"^[A-Za-z0-9_./-]{1,300}$")
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate fleet hosts -i inventory.yml",
     "fleetgate fleet hosts -i inventory.yml --limit '~lab-c0[12]' -o json",
 ], "0 at least one host matched, 1 none did, 2 bad input")
 def hosts(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """The hosts a --limit selects, with their class, address and groups, as Ansible resolves
     them (vars plugins included) and after fleetgate's checks; contacts no host."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     inv = resolve_inventory(inventory_sources(inventory), limit)
     groups = inv.groups_of()
     rows = {h: {"class": str(hv.get("fleetgate_class") or ""),
@@ -57,58 +47,58 @@ def hosts(
                 "port": str(hv.get("ansible_port", "")),
                 "groups": [g for g in groups.get(h, []) if g not in ("all", "ungrouped")]}
             for h, hv in inv.hostvars.items()}
-    if out is Output.json:
-        print_json({"inventory": inv.label, "limit": limit, "hosts": rows})
+    if out is ui.Output.json:
+        ui.print_json({"inventory": inv.label, "limit": limit, "hosts": rows})
     else:
-        print_rows(["host", "class", "address", "port", "groups"],
-                   [[h, r["class"], r["address"], r["port"], ",".join(r["groups"])]
-                    for h, r in rows.items()], out)
+        ui.print_rows(["host", "class", "address", "port", "groups"],
+                      [[h, r["class"], r["address"], r["port"], ",".join(r["groups"])]
+                       for h, r in rows.items()], out)
     if not rows:
         raise typer.Exit(1)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate fleet ping -i inventory.yml",
     "fleetgate fleet ping -i inventory.yml --limit lab-c01 --json",
 ])
 def ping(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Ping hosts with Ansible's ping module; exit 1 if any host is unreachable or fails."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     result = ansible.run(inventory=inventory_sources(inventory), module="ping", limit=limit)
     rows = {h: {"outcome": r.outcome, "message": r.message}
             for h, r in sorted(result.hosts.items())}
-    if out is Output.json:
-        print_json({"run_dir": str(result.run_dir), "hosts": rows})
+    if out is ui.Output.json:
+        ui.print_json({"run_dir": str(result.run_dir), "hosts": rows})
     else:
-        print_rows(("host", "outcome", "message"),
-                   [(h, r["outcome"], r["message"] or "-") for h, r in rows.items()], out)
-        console.print(f"run artifacts: {result.run_dir}")
+        ui.print_rows(("host", "outcome", "message"),
+                      [(h, r["outcome"], r["message"] or "-") for h, r in rows.items()], out)
+        ui.console.print(f"run artifacts: {result.run_dir}")
     if not result.hosts:
-        console.print("[red]no hosts matched[/red]")
+        ui.console.print("[red]no hosts matched[/red]")
         raise typer.Exit(1)
     if not result.ok:
         raise typer.Exit(1)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate fleet facts -i inventory.yml --limit lab-c01",
     "fleetgate fleet facts -i inventory.yml --json",
 ])
 def facts(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Kernel, OS and class of each host (playbooks/facts.yml); exit 1 if any host fails."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     result = ansible.run(inventory=inventory_sources(inventory),
                          playbook=content_root() / "playbooks" / "facts.yml", limit=limit)
     rows: dict[str, dict[str, str]] = {}
@@ -118,13 +108,13 @@ def facts(
         rows[name] = {"outcome": hr.outcome, "kernel": info.get("kernel", ""),
                       "os": info.get("os", ""), "class": info.get("node_class", ""),
                       "message": hr.message}
-    if out is Output.json:
-        print_json({"run_dir": str(result.run_dir), "hosts": rows})
+    if out is ui.Output.json:
+        ui.print_json({"run_dir": str(result.run_dir), "hosts": rows})
     else:
-        print_rows(("host", "class", "kernel", "os", "reachable"),
-                   [(name, r["class"] or "-", r["kernel"] or "-", r["os"] or "-",
-                     "yes" if r["outcome"] in ("ok", "changed") else r["outcome"])
-                    for name, r in rows.items()], out)
+        ui.print_rows(("host", "class", "kernel", "os", "reachable"),
+                      [(name, r["class"] or "-", r["kernel"] or "-", r["os"] or "-",
+                        "yes" if r["outcome"] in ("ok", "changed") else r["outcome"])
+                       for name, r in rows.items()], out)
     if not result.ok or not rows:
         raise typer.Exit(1)
 
@@ -170,7 +160,7 @@ def resolve_playbook(name: str) -> Path:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate fleet play smoke-probes -i inventory.yml",
     "fleetgate fleet play apply-class -i inventory.yml --limit lab-c02 -e fleetgate_class=lab-cpu",
 ])
@@ -181,63 +171,63 @@ def play(
     limit: LimitOpt = None,
     extra_vars: Annotated[list[str] | None, typer.Option(
         "--extra-vars", "-e", help="KEY=VALUE, repeatable.")] = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Run a playbook through ansible-runner; exit 1 if any host fails or is unreachable."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     path = resolve_playbook(playbook)
     result = ansible.run(inventory=inventory_sources(inventory), playbook=path, limit=limit,
                          extravars=parse_extra_vars(extra_vars or []))
     rows = {h: {"outcome": r.outcome, "task": r.task, "message": r.message}
             for h, r in sorted(result.hosts.items())}
-    if out is Output.json:
-        print_json({"run_dir": str(result.run_dir), "status": result.status, "rc": result.rc,
-                    "hosts": rows})
+    if out is ui.Output.json:
+        ui.print_json({"run_dir": str(result.run_dir), "status": result.status, "rc": result.rc,
+                       "hosts": rows})
     else:
-        print_rows(("host", "outcome", "failed task", "message"),
-                   [(h, r["outcome"], r["task"] or "-", r["message"] or "-")
-                    for h, r in rows.items()], out)
+        ui.print_rows(("host", "outcome", "failed task", "message"),
+                      [(h, r["outcome"], r["task"] or "-", r["message"] or "-")
+                       for h, r in rows.items()], out)
         if result.error:
-            console.print(f"[red]run error:[/red] {esc(result.error)}")
-        console.print(f"run artifacts: {result.run_dir}")
+            ui.console.print(f"[red]run error:[/red] {ui.esc(result.error)}")
+        ui.console.print(f"run artifacts: {result.run_dir}")
     if not result.ok or not rows:
         raise typer.Exit(1)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate fleet drift -i inventory.yml",
     "fleetgate fleet drift -i inventory.yml --json",
 ])
 def drift(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Compare each host's live versions and devices with its class and the manifest it
     carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
     could not be read (and nothing drifted)."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     sel = select(inventory_sources(inventory), limit)
     run_dir, states = read_states(sel)
     hosts = [host_drift(s, sel.classes[s.host]) for s in states]
     hardware = class_hardware(states)
     mixed = [d for hw in hardware for d in mixed_drift(hw)]
-    if out is Output.json:
-        print_json({"run_dir": str(run_dir),
-                    "hosts": {h.host: drift_dict(h) for h in hosts},
-                    "classes": {hw.name: {"hosts": hw.hosts, "mixed_hardware": hw.mixed,
-                                          "variants": hw.variants} for hw in hardware}})
+    if out is ui.Output.json:
+        ui.print_json({"run_dir": str(run_dir),
+                       "hosts": {h.host: drift_dict(h) for h in hosts},
+                       "classes": {hw.name: {"hosts": hw.hosts, "mixed_hardware": hw.mixed,
+                                             "variants": hw.variants} for hw in hardware}})
     else:
-        print_rows(("host", "class", "status", "drift"),
-                   [(h.host, h.class_name or "-", h.status,
-                     "; ".join(d.message for d in h.drift) or h.reason or "-") for h in hosts],
-                   out)
+        ui.print_rows(("host", "class", "status", "drift"),
+                      [(h.host, h.class_name or "-", h.status,
+                        "; ".join(d.message for d in h.drift) or h.reason or "-") for h in hosts],
+                      out)
         for d in mixed:
-            console.print(f"[red]mixed hardware:[/red] {esc(d.message)}")
-        console.print(f"run artifacts: {run_dir}")
+            ui.console.print(f"[red]mixed hardware:[/red] {ui.esc(d.message)}")
+        ui.console.print(f"run artifacts: {run_dir}")
     if mixed or any(h.status == "drift" for h in hosts):
         raise typer.Exit(1)
     if any(h.status == "inconclusive" for h in hosts):
@@ -245,7 +235,7 @@ def drift(
 
 
 @app.command("cache-key")
-@documented([
+@ui.documented([
     "fleetgate fleet cache-key -i inventory.yml lab-c01",
     "fleetgate fleet cache-key -i inventory.yml lab-c01 --engine torch=2.4.1 -o json",
 ])
@@ -258,12 +248,12 @@ def cache_key_command(
     runtime: Annotated[str | None, typer.Option(
         "--runtime", help="cuda=X.Y or rocm=X.Y the workload runs (default: the class's "
                           "userland pin).")] = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Print the cache key for engine and compile caches on HOST: a short sha256 over device
     model, PCI ID, compute capability, driver, CUDA/ROCm runtime and engine versions."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     if not HOST_RE.fullmatch(host):
         raise BadInput("not a single host name", source="HOST", field=repr(host))
     engines = parse_engines(engine or [])
@@ -278,18 +268,18 @@ def cache_key_command(
     run_dir, states = read_states(Selection(sel.inventory, host, {host: nc}))
     state = next(s for s in states if s.host == host)
     if state.outcome not in ("ok", "changed") or not state.devices:
-        console.print(f"[yellow]{esc(host)}: could not read its devices: "
-                      f"{esc(state.outcome)} {esc(state.message)}[/yellow]")
+        ui.console.print(f"[yellow]{ui.esc(host)}: could not read its devices: "
+                         f"{ui.esc(state.outcome)} {ui.esc(state.message)}[/yellow]")
         raise typer.Exit(4)
     distinct = sorted({(d.model, d.pci_id, d.compute_capability, d.driver)
                        for d in state.devices}, key=str)
     if len(distinct) > 1:
-        console.print(f"[red]{esc(host)} mixes devices ({esc(distinct)}): one cache per "
-                      "device kind is needed, not one per host[/red]")
+        ui.console.print(f"[red]{ui.esc(host)} mixes devices ({ui.esc(distinct)}): one cache per "
+                         "device kind is needed, not one per host[/red]")
         raise typer.Exit(1)
     key = cache_key(nc.accelerator.backend, state.devices[0], rt, engines)
-    if out is Output.json:
-        print_json({"host": host, "class": nc.name, "key": key.key,
-                    "components": key.components, "run_dir": str(run_dir)})
+    if out is ui.Output.json:
+        ui.print_json({"host": host, "class": nc.name, "key": key.key,
+                       "components": key.components, "run_dir": str(run_dir)})
     else:
         print(key.key)

@@ -7,17 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-    print_rows,
-)
+from fleetgate.cli import output as ui
 from fleetgate.errors import BadInput
 from fleetgate.image import store
 from fleetgate.image.build import BuildOptions, Source, build_image
@@ -35,7 +25,7 @@ def _size(n: int) -> str:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate image build lab-cpu",
     "fleetgate image build lab-vm --source qemu --accelerator kvm --force",
 ], "0 built, 1 the build failed (the log says where), 2 bad input")
@@ -59,12 +49,12 @@ def build(
     opts = BuildOptions(node_class=node_class, source=source, out=out, force=force,
                         vendor_debs=vendor_debs, omit=tuple(omit or ()),
                         accelerator=accelerator, timeout=timeout)
-    result = build_image(opts, make_reporter(console))
+    result = build_image(opts, make_reporter(ui.console))
     img = result.image
     m = img.manifest["image"]
     phases = ", ".join(f"{k} {v:.0f}s" for k, v in result.phases.items())
-    console.print(f"[green]image {img.name}[/green]: {img.path} ({m['artifact']} "
-                  f"{_size(int(m['artifact_bytes']))}, {result.seconds:.0f}s: {phases})")
+    ui.console.print(f"[green]image {img.name}[/green]: {img.path} ({m['artifact']} "
+                     f"{_size(int(m['artifact_bytes']))}, {result.seconds:.0f}s: {phases})")
 
 
 def _summary(img: store.StoredImage) -> dict[str, Any]:
@@ -81,17 +71,17 @@ def _summary(img: store.StoredImage) -> dict[str, Any]:
 
 
 @app.command("list")
-@documented([
+@ui.documented([
     "fleetgate image list",
     "fleetgate image list --json",
     "fleetgate image list -o wide | grep lab-cpu",
 ])
-def list_(out: OutOpt = None, as_json: JsonFlag = False, output: OutputOpt = None) -> None:
+def list_(out: OutOpt = None, as_json: ui.JsonFlag = False, output: ui.OutputOpt = None) -> None:
     """Every image in the store, oldest version first."""
-    form = fmt(as_json, output)
+    form = ui.fmt(as_json, output)
     images = store.list_images(store.images_dir(out))
-    if form is Output.json:
-        print_json([_summary(i) for i in images])
+    if form is ui.Output.json:
+        ui.print_json([_summary(i) for i in images])
         return
     rows = []
     for i in images:
@@ -99,41 +89,41 @@ def list_(out: OutOpt = None, as_json: JsonFlag = False, output: OutputOpt = Non
         rev = str(s["git_revision"] or "?") + ("+dirty" if s["git_dirty"] else "")
         rows.append((i.name, i.node_class, i.version, i.source, s["kernel"],
                      _size(int(s["artifact_bytes"] or 0)), s["built_at"], rev))
-    print_rows(("image", "class", "version", "source", "kernel", "size", "built", "git"),
-               rows, form)
+    ui.print_rows(("image", "class", "version", "source", "kernel", "size", "built", "git"),
+                  rows, form)
     if not images:
-        console.print(f"no images in {store.images_dir(out)}")
+        ui.console.print(f"no images in {store.images_dir(out)}")
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate image show lab-cpu-2",
     "fleetgate image show lab-cpu-2 --json",
 ])
 def show(
     ref: Annotated[str, typer.Argument(metavar="CLASS[:VERSION]")],
     out: OutOpt = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """One image: its build record and each component's expected beside verified version
     (JSON: the whole manifest.json)."""
-    form = fmt(as_json, output)
+    form = ui.fmt(as_json, output)
     img = store.find_image(store.images_dir(out), parse_ref(ref))
-    if form is Output.json:
-        print_json(img.manifest)
+    if form is ui.Output.json:
+        ui.print_json(img.manifest)
         return
     s = _summary(img)
     b = img.manifest.get("build", {})
-    console.print(f"[bold]{esc(img.name)}[/bold]  {esc(img.path)}")
+    ui.console.print(f"[bold]{ui.esc(img.name)}[/bold]  {ui.esc(img.path)}")
     for key in ("source", "artifact", "built_at", "git_revision"):
-        console.print(f"  {key}: {esc(s[key])}")
-    console.print(f"  git_dirty: {s['git_dirty']}")
-    console.print(f"  template_sha256: {esc(b.get('template_sha256'))}")
-    console.print(f"  base_image: {esc(b.get('base_image', {}).get('ref'))}")
-    console.print(f"  package_list_sha256: {esc(img.manifest.get('package_list_sha256'))}")
+        ui.console.print(f"  {key}: {ui.esc(s[key])}")
+    ui.console.print(f"  git_dirty: {s['git_dirty']}")
+    ui.console.print(f"  template_sha256: {ui.esc(b.get('template_sha256'))}")
+    ui.console.print(f"  base_image: {ui.esc(b.get('base_image', {}).get('ref'))}")
+    ui.console.print(f"  package_list_sha256: {ui.esc(img.manifest.get('package_list_sha256'))}")
     if s["omitted"]:
-        console.print(f"  [yellow]omitted: {esc(', '.join(s['omitted']))}[/yellow]")
-    print_rows(("component", "name", "expected", "verified", "status"),
-               [(r["component"], r["name"], r["expected"], r["verified"], r["status"])
-                for r in img.manifest.get("components", [])], form)
+        ui.console.print(f"  [yellow]omitted: {ui.esc(', '.join(s['omitted']))}[/yellow]")
+    ui.print_rows(("component", "name", "expected", "verified", "status"),
+                  [(r["component"], r["name"], r["expected"], r["verified"], r["status"])
+                   for r in img.manifest.get("components", [])], form)

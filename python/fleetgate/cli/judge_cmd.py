@@ -8,16 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-)
+from fleetgate.cli import output as ui
 from fleetgate.errors import BadInput
 from fleetgate.judge.explain import explain
 from fleetgate.judge.inputs import check_counts, load_samples
@@ -65,7 +56,7 @@ def _metric_specs(specs: list[str], base: dict[str, Any], can: dict[str, Any],
     return out
 
 
-@documented([
+@ui.documented([
     "fleetgate judge --baseline old.json --canary new.json",
     "fleetgate judge --baseline old.json --canary new.json --metric gemm.tflops --json",
     "fleetgate judge --baseline a.txt --canary b.txt --metric comms.busbw_gbps",
@@ -87,8 +78,8 @@ def judge_command(
         help="Worst-case regression a pass may leave open.")] = DEFAULT_UNCERTAINTY_LIMIT,
     self_mode: Annotated[bool, typer.Option(
         "--self", help="The baseline file is the same host before the change.")] = False,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Judge a canary sample file against a baseline sample file, metric by metric:
     Mann-Whitney U with a Hodges-Lehmann shift and its interval (location), Brown-Forsythe
@@ -101,7 +92,7 @@ def judge_command(
     --metric NAME:DIRECTION:KIND, DIRECTION higher or lower, KIND continuous or count
     (repeatable; default: every metric both files have, higher is better). Counts are
     lower-is-better."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     base = load_samples(baseline)
     can = load_samples(canary)
     metrics = _metric_specs(metric or [], base, can, tolerance)
@@ -116,9 +107,9 @@ def judge_command(
         source="fleetgate judge", prefix="")
     verdict = judge_samples(section, base, can, mode="self" if self_mode else "baseline",
                             source="fleetgate judge")
-    if out is Output.json:
-        print_json({"baseline_file": str(baseline), "canary_file": str(canary),
-                    **verdict.model_dump(mode="json")})
+    if out is ui.Output.json:
+        ui.print_json({"baseline_file": str(baseline), "canary_file": str(canary),
+                       **verdict.model_dump(mode="json")})
     else:
-        console.print(esc(explain(verdict)))
+        ui.console.print(ui.esc(explain(verdict)))
     raise typer.Exit(EXIT_CODES[verdict.outcome])

@@ -8,16 +8,7 @@ from typing import Annotated, Literal, get_args
 
 import typer
 
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    fmt,
-    print_json,
-    print_rows,
-)
+from fleetgate.cli import output as ui
 from fleetgate.errors import BadInput
 from fleetgate.image.lab_images import LabImages, resolve_lab_images
 from fleetgate.isotime import iso
@@ -40,7 +31,7 @@ def _lab(
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab up --containers 4",
     "fleetgate lab --lab-dir /tmp/lab up --containers 8",
     "fleetgate lab up --containers 3 --slurm",
@@ -81,8 +72,8 @@ def up(
                      vm_class=imgs.vm_class or vm_class,
                      container_image=imgs.container_image, vm_rootfs=imgs.vm_rootfs,
                      vm_image=imgs.vm_image, with_slurm=with_slurm, note=_progress)
-    console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
-                  + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
+    ui.console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
+                     + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
 
 
 def _progress(message: str) -> None:
@@ -92,33 +83,33 @@ def _progress(message: str) -> None:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab status",
     "fleetgate lab status --json",
     "fleetgate lab status -o wide",
 ], "0 ok, 3 lab error")
 def status(
     ctx: typer.Context,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Host, kind, class, port, pool, running, reachable over SSH, active faults."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     rows = fleet.status(ctx.obj)
-    if out is Output.json:
-        print_json([{**s.host.model_dump(), "running": s.running, "reachable": s.reachable}
-                    for s in rows])
+    if out is ui.Output.json:
+        ui.print_json([{**s.host.model_dump(), "running": s.running, "reachable": s.reachable}
+                       for s in rows])
         return
-    print_rows(("host", "kind", "class", "port", "pool", "rack/zone", "running", "ssh",
-                "faults"),
-               [(s.host.name, s.host.kind, s.host.node_class, s.host.port, s.host.pool,
-                 f"{s.host.rack}/{s.host.zone}", "yes" if s.running else "no",
-                 "ok" if s.reachable else "down", ",".join(s.host.faults) or "-")
-                for s in rows], out)
+    ui.print_rows(("host", "kind", "class", "port", "pool", "rack/zone", "running", "ssh",
+                   "faults"),
+                  [(s.host.name, s.host.kind, s.host.node_class, s.host.port, s.host.pool,
+                    f"{s.host.rack}/{s.host.zone}", "yes" if s.running else "no",
+                    "ok" if s.reachable else "down", ",".join(s.host.faults) or "-")
+                   for s in rows], out)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab inventory",
 ], "0 ok, 3 lab error")
 def inventory(ctx: typer.Context) -> None:
@@ -128,18 +119,18 @@ def inventory(ctx: typer.Context) -> None:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab down",
     "fleetgate lab --lab-dir /tmp/lab down",
 ], "0 ok, 3 lab error")
 def down(ctx: typer.Context) -> None:
     """Remove every host of this lab and its state; leaves no container, process or port."""
     removed = fleet.down(ctx.obj)
-    console.print(f"lab down: removed {len(removed)} host(s)")
+    ui.console.print(f"lab down: removed {len(removed)} host(s)")
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab fault lab-c02 unreachable",
 ], "0 ok, 2 bad input, 3 lab error")
 def fault(
@@ -154,14 +145,14 @@ def fault(
         raise BadInput(f"unknown fault kind (known: {', '.join(kinds)})", source="KIND",
                        field=kind)
     fleet.fault(ctx.obj, host, kind)  # type: ignore[arg-type]
-    console.print(f"{host}: fault {kind} injected")
+    ui.console.print(f"{host}: fault {kind} injected")
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate lab heal lab-c02",
 ], "0 ok, 2 bad input, 3 lab error")
 def heal(ctx: typer.Context, host: Annotated[str, typer.Argument()]) -> None:
     """Undo every fault on a host and wait until it answers SSH again."""
     healed = fleet.heal_host(ctx.obj, host)
-    console.print(f"{host}: healed {', '.join(healed) or 'nothing'}")
+    ui.console.print(f"{host}: healed {', '.join(healed) or 'nothing'}")

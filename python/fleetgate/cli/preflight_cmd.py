@@ -13,18 +13,8 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
+from fleetgate.cli import output as ui
 from fleetgate.cli.options import InventoryOpt, inventory_sources
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-    print_rows,
-)
 from fleetgate.preflight import load_table, scan_target
 from fleetgate.preflight.model import Artifact, ScanResult
 from fleetgate.preflight.warmup import parse_stack
@@ -40,10 +30,10 @@ _LIST_CLEAN = ("wheel", "wheel-dir")
 
 
 def _artifact_cell(a: Artifact) -> str:
-    title = esc(a.name if a.version is None else f"{a.name} {a.version}")
+    title = ui.esc(a.name if a.version is None else f"{a.name} {a.version}")
     # A wheel's file name carries its tags; a distribution's come from its WHEEL file.
     under = a.location if a.kind == "wheel" else ", ".join(a.platform_tags)
-    return f"{title}\n[dim]{esc(under)}[/dim]" if under else title
+    return f"{title}\n[dim]{ui.esc(under)}[/dim]" if under else title
 
 
 def _rows(a: Artifact, allowed: frozenset[str], strict: bool) -> list[tuple[str, str, str, str]]:
@@ -55,9 +45,9 @@ def _rows(a: Artifact, allowed: frozenset[str], strict: bool) -> list[tuple[str,
         bad = backend not in allowed and (strong or strict)
         colour = "red" if bad else ("yellow" if backend not in allowed else "green")
         more = f" (+{len(files) - 1} more)" if len(files) > 1 else ""
-        rows.append((f"[{colour}]{esc(backend)}[/{colour}]", esc(cls), esc(detail),
-                     esc(files[0]) + more))
-    rows += [("[yellow]?[/yellow]", "unreadable", esc(u.reason), esc(u.file))
+        rows.append((f"[{colour}]{ui.esc(backend)}[/{colour}]", ui.esc(cls), ui.esc(detail),
+                     ui.esc(files[0]) + more))
+    rows += [("[yellow]?[/yellow]", "unreadable", ui.esc(u.reason), ui.esc(u.file))
              for u in sorted(a.unreadable)]
     return rows or [("[green]-[/green]", "clean", "", "")]
 
@@ -77,26 +67,26 @@ def _render(result: ScanResult, backend: str, allowed: frozenset[str], strict: b
             for i, row in enumerate(rows):
                 table.add_row(_artifact_cell(a) if i == 0 else "", *row,
                               end_section=i == len(rows) - 1)
-        console.print(table)
+        ui.console.print(table)
     s = result.stats
-    console.print(f"{esc(result.target)} ({result.target_kind}): {len(result.artifacts)} "
-                  f"artifact(s), {s.files} files, {s.elf_files} ELF, "
-                  f"{s.bytes / 1e6:.1f} MB in {result.wall_s:.1f}s")
+    ui.console.print(f"{ui.esc(result.target)} ({result.target_kind}): {len(result.artifacts)} "
+                     f"artifact(s), {s.files} files, {s.elf_files} ELF, "
+                     f"{s.bytes / 1e6:.1f} MB in {result.wall_s:.1f}s")
     unreadable = sum(len(a.unreadable) for a in result.artifacts)
     if unreadable:
-        console.print(f"[yellow]{unreadable} file(s) could not be read; "
-                      "their dependencies are unknown[/yellow]")
+        ui.console.print(f"[yellow]{unreadable} file(s) could not be read; "
+                         "their dependencies are unknown[/yellow]")
     if bad:
         names = "; ".join(f"{a.name} ({', '.join(sorted(a.violations(allowed, strict=strict)))})"
                           for a in bad)
-        console.print(f"[red]FAIL[/red]: {len(bad)} artifact(s) need a backend that --backend "
-                      f"{esc(backend)} does not have: {esc(names)}")
+        ui.console.print(f"[red]FAIL[/red]: {len(bad)} artifact(s) need a backend that --backend "
+                         f"{ui.esc(backend)} does not have: {ui.esc(names)}")
     else:
-        console.print(f"[green]clean[/green] for --backend {esc(backend)}")
+        ui.console.print(f"[green]clean[/green] for --backend {ui.esc(backend)}")
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate preflight deps dist/model.tar --backend nvidia",
     "fleetgate preflight deps ./wheelhouse --json",
 ], "0 every artifact runs on the pool, 1 one needs a backend the pool lacks, 2 bad input")
@@ -110,8 +100,8 @@ def deps(
     tables: Annotated[list[Path] | None, typer.Option(
         "--table", help="Extra vendor table (YAML, same layout as the shipped one); "
                         "repeatable.")] = None,
-    json_out: JsonFlag = False,
-    output: OutputOpt = None,
+    json_out: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Fail on weak evidence too (dlopen strings, optional extras).")
                       ] = False,
@@ -121,12 +111,12 @@ def deps(
 ) -> None:
     """Which GPU backends each artifact in TARGET needs, and the evidence. Exit 1 if any needs a
     backend that --backend does not have, 0 if clean, 2 for bad input."""
-    out = fmt(json_out, output)
+    out = ui.fmt(json_out, output)
     table = load_table(tables or [])
     allowed = table.allowed_vendors(backend)
     result = scan_target(target, table, jobs=jobs)
-    if out is Output.json:
-        print_json(result.to_json(backend, allowed, strict=strict))
+    if out is ui.Output.json:
+        ui.print_json(result.to_json(backend, allowed, strict=strict))
     else:
         _render(result, backend, allowed, strict)
     if result.violating(allowed, strict=strict):
@@ -137,7 +127,7 @@ WARMUP_COLOUR = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate preflight warmup -i inventory.yml --limit lab-c01",
 ])
 def warmup(
@@ -151,18 +141,18 @@ def warmup(
         "--import", help="Python module of the model stack, repeatable or comma-separated "
                          "(default: what the inference probe imports: numpy on cpu, torch on "
                          "GPUs).")] = None,
-    json_out: JsonFlag = False,
-    output: OutputOpt = None,
+    json_out: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Import the model stack and run a one-batch warm-up through the inference probe on one
     host per class; report cold start and success per class. Exit 0 all pass, 1 a class
     failed, 4 a class could not be measured, 2 bad input."""
-    out = fmt(json_out, output)
+    out = ui.fmt(json_out, output)
     result = run_warmup(inventory_sources(inventory), node_class=node_class, every=every,
                         stack=parse_stack(imports or []))
-    if out is Output.json:
-        print_json({"classes": [c.to_dict() for c in result.classes],
-                    "run_dirs": result.run_dirs, "exit_code": result.exit_code})
+    if out is ui.Output.json:
+        ui.print_json({"classes": [c.to_dict() for c in result.classes],
+                       "run_dirs": result.run_dirs, "exit_code": result.exit_code})
     else:
         rows = []
         for c in result.classes:
@@ -176,16 +166,16 @@ def warmup(
                 p99 = f"{m['p99_ms']:.2f} ms" if "p99_ms" in m else "-"
                 rows.append((c.name, h.host, cold, p99, h.outcome, imported))
         # The import column last: a failed import's error is free text, never padded or cut.
-        print_rows(("class", "host", "cold start", "warm-up p99", "outcome", "stack import"),
-                   rows, out)
+        ui.print_rows(("class", "host", "cold start", "warm-up p99", "outcome", "stack import"),
+                      rows, out)
         for c in result.classes:
             colour = WARMUP_COLOUR[c.outcome]
             cold = f"{c.cold_start_s:.2f}s" if c.cold_start_s is not None else "unmeasured"
-            console.print(f"[{colour}]{esc(c.name)}: {c.outcome}[/{colour}] "
-                          f"(stack {esc(','.join(c.stack) or 'none')}; cold start {cold})")
+            ui.console.print(f"[{colour}]{ui.esc(c.name)}: {c.outcome}[/{colour}] "
+                             f"(stack {ui.esc(','.join(c.stack) or 'none')}; cold start {cold})")
             for h in c.hosts:
                 if h.outcome != "pass" and h.warmup.get("reason"):
-                    console.print(f"  {esc(h.host)} warm-up: {esc(h.warmup['reason'])}")
-        console.print(f"run artifacts: {esc(' '.join(result.run_dirs))}")
+                    ui.console.print(f"  {ui.esc(h.host)} warm-up: {ui.esc(h.warmup['reason'])}")
+        ui.console.print(f"run artifacts: {ui.esc(' '.join(result.run_dirs))}")
     if result.exit_code:
         raise typer.Exit(result.exit_code)

@@ -22,18 +22,8 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from fleetgate.cli import output as ui
 from fleetgate.cli.options import finite
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-    print_rows,
-)
 from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.isotime import iso
 from fleetgate.revision import git_revision, operator
@@ -61,7 +51,7 @@ STATE_COLOUR = {"healthy": "green", "failed_held": "red", "rolled_back": "magent
                 "skipped": "dim", "pending": "white", "completed": "green", "halted": "red",
                 "aborted": "red"}
 
-JsonOpt = JsonFlag
+JsonOpt = ui.JsonFlag
 EXITS_RUN = ("0 completed, 10 halted, 11 aborted, 12 another controller holds the lease, "
              "1 error, 2 bad input (nothing ran), 130 interrupted")
 EXITS_STATUS = ("0 completed or still running, 10 halted, 11 aborted, 1 error, "
@@ -95,7 +85,7 @@ def _journal() -> Journal:
 
 
 def _say(as_json: bool) -> Any:
-    return (lambda _m: None) if as_json else (lambda m: console.print(esc(m)))
+    return (lambda _m: None) if as_json else (lambda m: ui.console.print(ui.esc(m)))
 
 
 def _target_text(t: dict[str, Any]) -> str:
@@ -112,24 +102,24 @@ def _plan_table(doc: dict[str, Any]) -> Table:
     t = Table("wave", "hosts", "domains", "budget", title=f"rollout plan {doc['plan']['name']}")
     for k, members in enumerate(doc["waves"], start=1):
         doms = sorted({"/".join(doc["hosts"][h]["domains"].values()) for h in members})
-        t.add_row(str(k), esc(", ".join(members)), esc(", ".join(doms)),
-                  esc(doc["budgets"]["per_wave"][k - 1]))
+        t.add_row(str(k), ui.esc(", ".join(members)), ui.esc(", ".join(doms)),
+                  ui.esc(doc["budgets"]["per_wave"][k - 1]))
     return t
 
 
-def _output_value(value: str | None) -> Output | None:
+def _output_value(value: str | None) -> ui.Output | None:
     """-o once named the artifact on `rollout plan`; a path given to it gets a hint."""
     if value is None:
         return None
     try:
-        return Output(value.lower())
+        return ui.Output(value.lower())
     except ValueError:
         raise BadInput("-o is the output format (json, wide or table); write the artifact "
                        "with --out PATH", source="-o", field=value) from None
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout plan examples/rollout/kernel-update.plan.yml",
     "fleetgate rollout plan kernel-57.plan.yml -i inventory.yml --out kernel-57.json",
     "fleetgate rollout plan kernel-57.plan.yml -o json | jq .waves",
@@ -151,54 +141,56 @@ def plan(
     The artifact carries a MAC keyed by this state dir (keys/artifact.key, made on first
     use): `start` refuses it if edited, or on another state dir unless signed (`rollout
     sign`)."""
-    form = fmt(as_json, _output_value(output))
+    form = ui.fmt(as_json, _output_value(output))
     doc = artifacts.build(plan_file, inventory)
     path = artifacts.write(doc, out)
     warnings = drain_warnings(doc["plan"].get("drain"))
-    if form is Output.json:
-        print_json({**doc, "artifact": str(path), "warnings": warnings})
+    if form is ui.Output.json:
+        ui.print_json({**doc, "artifact": str(path), "warnings": warnings})
         return
     p = doc["plan"]
-    if form is Output.table:
-        console.print(_plan_table(doc))
+    if form is ui.Output.table:
+        ui.console.print(_plan_table(doc))
     else:
-        print_rows(["wave", "hosts", "domains", "budget"], [
+        ui.print_rows(["wave", "hosts", "domains", "budget"], [
             [str(k), ", ".join(m), ", ".join(sorted({"/".join(doc["hosts"][h]["domains"]
                                                               .values()) for h in m})),
              doc["budgets"]["per_wave"][k - 1]] for k, m in enumerate(doc["waves"], start=1)],
             form, title=f"rollout plan {p['name']}")
     for n in doc["notes"]:
-        console.print(f"note: {esc(n)}")
+        ui.console.print(f"note: {ui.esc(n)}")
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {esc(w)}")
-    console.print(f"change: {esc(p['change']['playbook'])} {esc(p['change']['extra_vars'])}")
-    console.print(f"  target: {esc(_target_text(p['change']['target']))}")
-    console.print(f"on failure: {p['on_failure']}"
-                  + (f" (rollback: {esc(p['rollback']['playbook'])})" if p["rollback"] else ""))
+        ui.console.print(f"[yellow]warning:[/yellow] {ui.esc(w)}")
+    change = p["change"]
+    ui.console.print(f"change: {ui.esc(change['playbook'])} {ui.esc(change['extra_vars'])}")
+    ui.console.print(f"  target: {ui.esc(_target_text(p['change']['target']))}")
+    rollback = f" (rollback: {ui.esc(p['rollback']['playbook'])})" if p["rollback"] else ""
+    ui.console.print(f"on failure: {p['on_failure']}{rollback}")
     if p["rollback"]:
-        console.print(f"  rollback target: {esc(_target_text(p['rollback']['target']))}")
-    console.print(f"concurrency: {p['concurrency']} per batch, capped by remaining budget + 1")
-    console.print(f"total budget: {esc(doc['budgets']['total'])}")
+        ui.console.print(f"  rollback target: {ui.esc(_target_text(p['rollback']['target']))}")
+    ui.console.print(f"concurrency: {p['concurrency']} per batch, capped by remaining budget + 1")
+    ui.console.print(f"total budget: {ui.esc(doc['budgets']['total'])}")
     for line in (doc["budgets"].get("per_domain") or {}).values():
-        console.print(f"domain budget: {esc(line)}")
+        ui.console.print(f"domain budget: {ui.esc(line)}")
     g = p["gates"]
-    console.print(f"gates: {', '.join(g['checks']) or '(none)'}; retries {g['retries']}; "
-                  f"inconclusive: {g['inconclusive']['policy']}"
-                  + (f" x{g['inconclusive']['retries']}" if g["inconclusive"]["policy"] == "retry"
-                     else "")
-                  + (f"; baseline {g['baseline_hosts']} host(s) of later waves"
-                     if g["baseline_hosts"] else ""))
+    inconclusive = g["inconclusive"]
+    ui.console.print(f"gates: {', '.join(g['checks']) or '(none)'}; retries {g['retries']}; "
+                     f"inconclusive: {inconclusive['policy']}"
+                     + (f" x{inconclusive['retries']}" if inconclusive["policy"] == "retry"
+                        else "")
+                     + (f"; baseline {g['baseline_hosts']} host(s) of later waves"
+                        if g["baseline_hosts"] else ""))
     w = p["window"]
-    console.print("window: " + (f"{w['start']}-{w['end']} {w['timezone']} {','.join(w['days'])}"
-                                f" (when closed: {w['when_closed']})" if w else "always open"))
-    console.print(f"soak: {p['soak']['seconds']}s between waves"
-                  + (", smoke re-run at the end" if p["soak"]["rerun_smoke"] else ""))
+    ui.console.print("window: " + (f"{w['start']}-{w['end']} {w['timezone']} {','.join(w['days'])}"
+                                   f" (when closed: {w['when_closed']})" if w else "always open"))
+    ui.console.print(f"soak: {p['soak']['seconds']}s between waves"
+                     + (", smoke re-run at the end" if p["soak"]["rerun_smoke"] else ""))
     if p["approvals"]["before_waves"]:
-        console.print("approvals before waves: "
-                      + ", ".join(map(str, p["approvals"]["before_waves"])))
-    console.print(f"artifact: {esc(path)}")
+        ui.console.print("approvals before waves: "
+                         + ", ".join(map(str, p["approvals"]["before_waves"])))
+    ui.console.print(f"artifact: {ui.esc(path)}")
     if current_site().config.security.require_signed_artifacts:
-        console.print(f"sign it before start: fleetgate rollout sign {esc(path)} --key KEY")
+        ui.console.print(f"sign it before start: fleetgate rollout sign {ui.esc(path)} --key KEY")
 
 
 def _check_telemetry(metrics_file: Path | None, webhook: str | None) -> None:
@@ -218,15 +210,15 @@ def _writer(machine_stdout: bool) -> Any:
     return write
 
 
-def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
+def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float,
          log_format: LogFormat = LogFormat.text, heartbeat: float = 60.0,
          metrics_file: Path | None = None, webhook: str | None = None) -> None:
     row = j.rollout(rid)
     waves = len(row.artifact["waves"]) if row else 0
     after = j.events(rid)[-1]["seq"] if resume and j.events(rid) else 0
-    live_view = (out is Output.table and log_format is LogFormat.text
-                 and console.is_terminal)
-    write = _writer(out is Output.json)
+    live_view = (out is ui.Output.table and log_format is LogFormat.text
+                 and ui.console.is_terminal)
+    write = _writer(out is ui.Output.json)
     emit = progress.line_printer(log_format.value, waves, write)
 
     def log(message: str) -> None:
@@ -235,7 +227,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
     live: Live | None = None
     if live_view:
         # A terminal gets one live table instead of a scroll of lines.
-        live = Live(_status_view(summary(j, rid)), console=console, refresh_per_second=2)
+        live = Live(_status_view(summary(j, rid)), console=ui.console, refresh_per_second=2)
 
         def emit_live(_rec: dict[str, Any]) -> None:
             assert live is not None
@@ -246,7 +238,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
     else:
         follower = progress.Follower(j.path, rid, emit, heartbeat_s=heartbeat, after=after)
     ctl = Controller(j, rid, lease_ttl_s=lease_ttl,
-                     log=(lambda m: console.print(esc(m))) if live_view else log)
+                     log=(lambda m: ui.console.print(ui.esc(m))) if live_view else log)
     if metrics_file is not None:
         rollout_metrics.attach(j, rid, metrics_file)
     notifier = notify.attach(j, rid, webhook, log=log) if webhook else None
@@ -264,7 +256,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: Output, lease_ttl: float,
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout start kernel-57.plan.yml",
     "fleetgate rollout start ~/.local/state/fleetgate/rollouts/plans/kernel-57-1f2e.json "
     "--id kernel-57-tue",
@@ -281,7 +273,7 @@ def start(
     rollout_id: Annotated[str | None, typer.Option("--id", help="Choose the rollout id.")] = None,
     lease_ttl: LeaseTtlOpt = 30.0,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
     log_format: LogFormatOpt = LogFormat.text,
     heartbeat: HeartbeatOpt = 60.0,
     metrics_file: MetricsOpt = None,
@@ -295,7 +287,7 @@ def start(
     key in the site's security.allowed_signers; only the signature with
     security.require_signed_artifacts) and passes every check planning ran, against the
     live inventory. Otherwise: exit 2, nothing ran."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     doc, trust = artifacts.load(plan_file, inventory)
     require_secrets(doc["plan"], str(plan_file))  # before the rollout is in the journal
@@ -317,14 +309,14 @@ def start(
     first = {"ts": iso(time.time()), "rollout": rid, "event": "log",
              "text": f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves "
                      f"(artifact {trust})"}
-    progress.line_printer(log_format.value, len(doc["waves"]), _writer(out is Output.json))(
+    progress.line_printer(log_format.value, len(doc["waves"]), _writer(out is ui.Output.json))(
         first)
     _run(j, rid, resume=False, out=out, lease_ttl=lease_ttl, log_format=log_format,
          heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout resume kernel-57-20261201-0930-ab12",
     "fleetgate rollout resume kernel-57-20261201-0930-ab12 --log-format json",
 ], EXITS_RUN)
@@ -332,7 +324,7 @@ def resume(
     rollout_id: IdArg,
     lease_ttl: LeaseTtlOpt = 30.0,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
     log_format: LogFormatOpt = LogFormat.text,
     heartbeat: HeartbeatOpt = 60.0,
     metrics_file: MetricsOpt = None,
@@ -340,7 +332,7 @@ def resume(
 ) -> None:
     """Carry on a rollout whose controller died (or that halted resumably: interrupt, window).
     Reconciles in-flight hosts with what they actually run before anything else."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
@@ -348,7 +340,7 @@ def resume(
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
         # Idempotent: resuming a finished rollout reports how it finished.
-        if out is not Output.json:
+        if out is not ui.Output.json:
             print(f"rollout {rollout_id} is already {row.state}; nothing to resume")
         _show_status(summary(j, rollout_id), out)
         raise typer.Exit(EXIT_BY_STATE[row.state])
@@ -402,18 +394,19 @@ def _status_view(s: dict[str, Any]) -> Group:
         c.overflow = "fold"
     for r in _host_rows(s):
         colour = STATE_COLOUR.get(r[2], "yellow")
-        t.add_row(r[0], esc(r[1]), f"[{colour}]{r[2]}[/{colour}]", esc(r[3]), r[4], esc(r[5]))
-    return Group(t, *(esc(x) for x in _status_lines(s)))
+        t.add_row(r[0], ui.esc(r[1]), f"[{colour}]{r[2]}[/{colour}]", ui.esc(r[3]), r[4],
+                  ui.esc(r[5]))
+    return Group(t, *(ui.esc(x) for x in _status_lines(s)))
 
 
-def _show_status(s: dict[str, Any], out: Output) -> None:
-    if out is Output.json:
-        print_json(s)
-    elif out is Output.table:
-        console.print(_status_view(s))
+def _show_status(s: dict[str, Any], out: ui.Output) -> None:
+    if out is ui.Output.json:
+        ui.print_json(s)
+    elif out is ui.Output.table:
+        ui.console.print(_status_view(s))
     else:
-        print_rows(["wave", "hosts", "state", "gates", "applies", "reason"], _host_rows(s),
-                   out, title=_title(s))
+        ui.print_rows(["wave", "hosts", "state", "gates", "applies", "reason"], _host_rows(s),
+                      out, title=_title(s))
         for x in _status_lines(s):
             print(x)
         sys.stdout.flush()
@@ -425,7 +418,7 @@ def _status_line(s: dict[str, Any]) -> str:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout status kernel-57-20261201-0930-ab12",
     "fleetgate rollout status kernel-57-20261201-0930-ab12 --watch | tee rollout.log",
     "fleetgate rollout status kernel-57-20261201-0930-ab12 -o json | jq .next_steps",
@@ -436,27 +429,27 @@ def status(
                                         "view on a terminal, a line per change otherwise.")
                      ] = False,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
     """Waves, host states (grouped by state and reason), gate verdicts and budget used, from
     the journal; after a halt or abort, where each host is and the commands to run next."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     j = _journal()
     rid = artifacts.check_id(rollout_id)
     # The follower starts after the last event read *before* the first frame: a change made
     # while that frame prints gets its line (at worst twice), never none.
     events = j.events(rid) if watch else []
     s = summary(j, rid)
-    if watch and out is Output.table:
-        with Live(_status_view(s), console=console, refresh_per_second=2) as live:
+    if watch and out is ui.Output.table:
+        with Live(_status_view(s), console=ui.console, refresh_per_second=2) as live:
             while s["state"] not in TERMINAL_ROLLOUT:
                 time.sleep(1)
                 s = summary(j, rollout_id)
                 live.update(_status_view(s))
     elif watch:
         # Not a terminal: a line whenever something changes, the same lines `start` prints.
-        write = _writer(out is Output.json)
+        write = _writer(out is ui.Output.json)
         if log_format is LogFormat.json:
             write(json.dumps({"ts": iso(time.time()), "rollout": rollout_id, "event": "status",
                               "state": s["state"], "wave": s["wave"], "phase": s["phase"],
@@ -476,7 +469,7 @@ def status(
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout sign kernel-57.json --key ~/.ssh/id_ed25519",
     "fleetgate rollout plan kernel-57.plan.yml --out kernel-57.json && fleetgate rollout sign "
     "kernel-57.json --key ci_ed25519",
@@ -487,7 +480,7 @@ def sign(
     key: Annotated[Path, typer.Option("--key", help="SSH private key (or a public key whose "
                                       "private half is in ssh-agent).")],
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Sign a plan artifact with an SSH key (ssh-keygen -Y sign, namespace fleetgate-plan),
     writing ARTIFACT.sig beside it: how CI promotes a plan that any controller of the site
@@ -496,7 +489,7 @@ def sign(
     Signs only an artifact planned with this state dir's key, unedited, that passes every
     check `rollout start` runs. Where the site names security.allowed_signers, the signature
     is verified against it before it is written."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     raw, _doc = artifacts.load_to_sign(artifact)
     sig = signing.sign(raw, key, signing.ARTIFACT_NAMESPACE)
     signers = current_site().allowed_signers
@@ -513,15 +506,15 @@ def sign(
          f"signed {artifact}: {path}" + (f" by {signer}" if signer else ""))
 
 
-def _ack(out: Output, doc: dict[str, Any], text: str) -> None:
-    if out is Output.json:
-        print_json(doc)
+def _ack(out: ui.Output, doc: dict[str, Any], text: str) -> None:
+    if out is ui.Output.json:
+        ui.print_json(doc)
     else:
         print(text)
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout approve kernel-57-20261201-0930-ab12 --wave 2 --reason "
     "\"canary wave clean, CHG-1234\"",
     "fleetgate rollout approve kernel-57-20261201-0930-ab12 --wave 2 --reason CHG-1234 "
@@ -536,7 +529,7 @@ def approve(
         "--sign-key", help="Sign the approval with this SSH key; verified against the site's "
         "security.allowed_signers.")] = None,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Approve a manual gate before a wave.
 
@@ -544,7 +537,7 @@ def approve(
     fingerprint of a verified signature over the rollout, wave, reason and time (namespace
     fleetgate-approve); without, the local account, marked unverified. A site with
     security.require_signed_approvals refuses an approval without --sign-key."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
     if row is None:
@@ -584,7 +577,7 @@ def _approval_proof(rid: str, wave: int, reason: str, key: Path | None
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout abort kernel-57-20261201-0930-ab12 --reason \"wrong kernel pinned\"",
 ])
 def abort(
@@ -592,10 +585,10 @@ def abort(
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the journal).")
                       ] = "operator abort",
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Stop a rollout: no new hosts start, in-flight hosts finish, pending hosts are skipped."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     j = _journal()
     row = j.rollout(artifacts.check_id(rollout_id))
     if row is None:
@@ -622,8 +615,8 @@ def abort(
             j.set_host(rollout_id, x, "skipped", f"rollout aborted: {reason}")
     j.set_rollout(rollout_id, "aborted", reason=f"aborted by {by}: {reason}")
     s = summary(j, rollout_id)
-    if out is Output.json:
-        print_json(s)
+    if out is ui.Output.json:
+        ui.print_json(s)
     else:
         print(f"rollout {rollout_id} aborted")
         for x in _status_lines(s)[1:]:
@@ -631,7 +624,7 @@ def abort(
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout history kernel-57-20261201-0930-ab12",
     "fleetgate rollout history kernel-57-20261201-0930-ab12 --kind host --kind canary",
     "fleetgate rollout history kernel-57-20261201-0930-ab12 --verbose -o json",
@@ -643,12 +636,12 @@ def history(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Every event, Ansible's per-task events included.")] = False,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Replay the journal with ISO-8601 UTC times: by default rollout, host and canary events
     (approvals, soaks, reconcile); batches, smoke results and Ansible events with --verbose or
     --kind."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     unknown = sorted(set(kind or ()) - set(HISTORY_KINDS))
     if unknown:
         raise BadInput(f"unknown event kind (known: {', '.join(HISTORY_KINDS)})",
@@ -658,27 +651,27 @@ def history(
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     kinds = tuple(kind) if kind else None if verbose else DEFAULT_HISTORY_KINDS
     events = j.events(rollout_id, kinds=kinds)
-    if out is Output.json:
-        print_json([{**e, "time": iso(e["ts"])} for e in events])
+    if out is ui.Output.json:
+        ui.print_json([{**e, "time": iso(e["ts"])} for e in events])
         return
     for e in events:
         print(history_line(e))
 
 
 @app.command("list")
-@documented(["fleetgate rollout list", "fleetgate rollout list -o json | jq -r '.[].id'"])
-def list_(as_json: JsonOpt = False, output: OutputOpt = None) -> None:
+@ui.documented(["fleetgate rollout list", "fleetgate rollout list -o json | jq -r '.[].id'"])
+def list_(as_json: JsonOpt = False, output: ui.OutputOpt = None) -> None:
     """Every rollout in the journal, with its full id (the one every other command takes)."""
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     rows = _journal().rollouts()
-    if out is Output.json:
-        print_json([{"id": r.id, "name": r.name, "state": r.state, "wave": r.wave,
-                     "reason": r.reason, "created_at": r.created_at,
-                     "created": iso(r.created_at)} for r in rows])
+    if out is ui.Output.json:
+        ui.print_json([{"id": r.id, "name": r.name, "state": r.state, "wave": r.wave,
+                        "reason": r.reason, "created_at": r.created_at,
+                        "created": iso(r.created_at)} for r in rows])
         return
-    print_rows(["id", "name", "state", "wave", "created", "reason"],
-               [[r.id, r.name, r.state, str(r.wave), iso(r.created_at), r.reason or "-"]
-                for r in rows], out)
+    ui.print_rows(["id", "name", "state", "wave", "created", "reason"],
+                  [[r.id, r.name, r.state, str(r.wave), iso(r.created_at), r.reason or "-"]
+                   for r in rows], out)
 
 
 # ------------------------------------------------------------------- reports and telemetry
@@ -691,7 +684,7 @@ def _write_out(path: Path, text: str) -> None:
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate rollout report kernel-57-20261201-0930-ab12 --html report.html",
     "fleetgate rollout report kernel-57-20261201-0930-ab12 --html r.html --md r.md -o json",
 ])
@@ -702,7 +695,7 @@ def report(
     md_out: Annotated[Path | None, typer.Option(
         "--md", help="Write a short Markdown summary here (for a change ticket).")] = None,
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Write a rollout's report: one HTML page that opens offline, and/or Markdown.
 
@@ -711,7 +704,7 @@ def report(
     # Imported here: matplotlib costs every other `fleetgate` command half a second.
     from fleetgate.rollout import report_html, report_md
 
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     if html_out is None and md_out is None:
         raise BadInput("give --html OUT, --md OUT or both", source="rollout report")
     for p in (html_out, md_out):
@@ -724,22 +717,22 @@ def report(
              for p, r in ((html_out, report_html), (md_out, report_md)) if p is not None]
     for p, text in texts:
         _write_out(p, text)
-        if out is not Output.json:
+        if out is not ui.Output.json:
             print(f"wrote {p}")
-    if out is Output.json:
-        print_json({"rollout": rid, "html": str(html_out) if html_out else None,
-                    "md": str(md_out) if md_out else None})
+    if out is ui.Output.json:
+        ui.print_json({"rollout": rid, "html": str(html_out) if html_out else None,
+                       "md": str(md_out) if md_out else None})
 
 
 @app.command()
-@documented(["fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2",
-             "fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2 -o json"])
+@ui.documented(["fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2",
+                "fleetgate rollout explain kernel-57-20261201-0930-ab12 --wave 2 -o json"])
 def explain(
     rollout_id: IdArg,
     wave: Annotated[int, typer.Option("--wave", help="The wave whose canary verdicts to "
                                                      "explain.")],
     as_json: JsonOpt = False,
-    output: OutputOpt = None,
+    output: ui.OutputOpt = None,
 ) -> None:
     """Why each canary verdict of a wave came out as it did.
 
@@ -748,20 +741,20 @@ def explain(
     j = _journal()
     rid = artifacts.check_id(rollout_id)
     text = report_data.explain_wave(j, rid, wave)  # validates the id and the wave
-    if fmt(as_json, output) is Output.json:
+    if ui.fmt(as_json, output) is ui.Output.json:
         _, events = report_data.load(j, rid)
-        print_json([{"wave": x.wave, "hosts": x.hosts, "baseline_hosts": x.baseline_hosts,
-                     "ts": x.ts, "outcome": x.outcome, "explanation": x.explanation,
-                     "verdict": x.verdict} for x in report_data.judgements(events, wave)])
+        ui.print_json([{"wave": x.wave, "hosts": x.hosts, "baseline_hosts": x.baseline_hosts,
+                        "ts": x.ts, "outcome": x.outcome, "explanation": x.explanation,
+                        "verdict": x.verdict} for x in report_data.judgements(events, wave)])
         return
     print(text)
 
 
 @app.command("serve-metrics")
-@documented(["fleetgate rollout serve-metrics",
-             "fleetgate rollout serve-metrics --bind 0.0.0.0 --port 9464",
-             "fleetgate rollout serve-metrics kernel-57-20261201-0930-ab12 --port 0"],
-            "0 stopped with Ctrl-C, 1 cannot listen, 2 bad input (nothing served)")
+@ui.documented(["fleetgate rollout serve-metrics",
+                "fleetgate rollout serve-metrics --bind 0.0.0.0 --port 9464",
+                "fleetgate rollout serve-metrics kernel-57-20261201-0930-ab12 --port 0"],
+               "0 stopped with Ctrl-C, 1 cannot listen, 2 bad input (nothing served)")
 def serve_metrics(
     rollout_ids: Annotated[list[str] | None, typer.Argument(
         help="Rollouts to export (default: one per plan, the active one, else the last "
@@ -775,4 +768,4 @@ def serve_metrics(
 
     Listens on 127.0.0.1 unless --bind says otherwise."""
     ids = [artifacts.check_id(r) for r in rollout_ids or []]
-    rollout_metrics.serve(_journal(), ids, bind, port, lambda m: console.print(esc(m)))
+    rollout_metrics.serve(_journal(), ids, bind, port, lambda m: ui.console.print(ui.esc(m)))

@@ -10,16 +10,7 @@ from typing import Annotated
 
 import typer
 
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    esc,
-    fmt,
-    print_json,
-)
+from fleetgate.cli import output as ui
 from fleetgate.errors import BadInput
 from fleetgate.site import PATH_ENV, SITE_FILE, content_root, current_site, load_site
 from fleetgate.spec.loader import load_class
@@ -74,7 +65,7 @@ or from `--site DIR` / `FLEETGATE_SITE`.
 GITIGNORE = ".fleetgate/\n"
 
 
-@documented([
+@ui.documented([
     "fleetgate init fleet-site",
     "fleetgate init fleet-site --class lab-cpu    # start from one of fleetgate's own classes",
     "cd fleet-site && fleetgate spec validate",
@@ -116,15 +107,15 @@ def init_command(
     # fleetgate.yml last: a directory that holds it is a complete site.
     (directory / SITE_FILE).write_text(SITE_YAML)
     load_site(directory)
-    console.print(f"init: site in {esc(str(directory.resolve()))}"
-                  + (f" with class(es) {', '.join(p.stem for p in sources)}" if sources else ""))
+    ui.console.print(f"init: site in {ui.esc(str(directory.resolve()))}"
+                     + (f" with class(es) {', '.join(p.stem for p in sources)}" if sources else ""))
 
 
-@documented([
+@ui.documented([
     "fleetgate site",
     "fleetgate --site /srv/fleet-site site -o json",
 ], "0 ok, 2 bad input (no site found, or a malformed fleetgate.yml)")
-def site_command(as_json: JsonFlag = False, output: OutputOpt = None) -> None:
+def site_command(as_json: ui.JsonFlag = False, output: ui.OutputOpt = None) -> None:
     """Show the site this command works in and where each of its paths resolves, with the
     environment variable that overrides each."""
     site = current_site()
@@ -139,11 +130,11 @@ def site_command(as_json: JsonFlag = False, output: OutputOpt = None) -> None:
         "images": (str(site.images_dir), PATH_ENV["images"]),
         "lab": (str(site.lab_dir), PATH_ENV["lab"]),
     }
-    if fmt(as_json, output) is Output.json:
-        print_json({k: {"path": v, "env": e, "overridden": bool(e and os.environ.get(
+    if ui.fmt(as_json, output) is ui.Output.json:
+        ui.print_json({k: {"path": v, "env": e, "overridden": bool(e and os.environ.get(
             e.split(" ")[0]))} for k, (v, e) in rows.items()})
         return
     width = max(map(len, rows))
     for key, (value, env) in rows.items():
-        console.print(f"{key:<{width}}  {esc(value)}" + (f"  [dim]({env})[/dim]" if env else ""),
-                      soft_wrap=True)
+        ui.console.print(f"{key:<{width}}  {ui.esc(value)}"
+                         + (f"  [dim]({env})[/dim]" if env else ""), soft_wrap=True)

@@ -8,17 +8,8 @@ from typing import Annotated
 
 import typer
 
+from fleetgate.cli import output as ui
 from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
-from fleetgate.cli.output import (
-    JsonFlag,
-    Output,
-    OutputOpt,
-    console,
-    documented,
-    fmt,
-    print_json,
-    print_rows,
-)
 from fleetgate.errors import BadInput
 from fleetgate.inputs import read_input
 from fleetgate.smoke import parsers
@@ -40,7 +31,7 @@ def _stderr(text: str) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True})
-@documented([
+@ui.documented([
     "fleetgate smoke run -i inventory.yml",
     "fleetgate smoke run -i inventory.yml --only discovery,gemm --out results.json",
     "fleetgate smoke run -i inventory.yml --baseline before.json -o json",
@@ -56,8 +47,8 @@ def run(
         "--only", help="Comma-separated checks: discovery,stack,gemm,comms,inference.")] = None,
     json_out: Annotated[Path | None, typer.Option("--out", help="Write the results (JSON) "
                                                   "here.")] = None,
-    as_json: JsonFlag = False,
-    output: OutputOpt = None,
+    as_json: ui.JsonFlag = False,
+    output: ui.OutputOpt = None,
     baseline: Annotated[Path | None, typer.Option(
         "--baseline", help="Results of a baseline run to compare against (else: peers).")
                         ] = None,
@@ -69,7 +60,7 @@ def run(
         # `--json PATH` once wrote the results; --json now prints them, like everywhere else.
         raise BadInput("--json prints the results as JSON; write them to a file with --out "
                        "PATH", source="smoke run", field=" ".join(ctx.args))
-    out = fmt(as_json, output)
+    out = ui.fmt(as_json, output)
     base = load_results(baseline) if baseline is not None else None
     result = run_smoke(inventory_sources(inventory), limit=limit, node_class=node_class, only=only,
                        baseline=base, forks=forks)
@@ -78,14 +69,14 @@ def run(
             json_out.write_text(result.to_json() + "\n")
         except OSError as exc:
             raise BadInput(f"cannot write: {exc.strerror}", source=json_out) from None
-    if out is Output.json:
+    if out is ui.Output.json:
         print(result.to_json())
     else:
-        print_rows(["host", "check", "status", "reason"], [
+        ui.print_rows(["host", "check", "status", "reason"], [
             [r.host, r.check, r.status if r.probe_status == "ok"
              else f"{r.status} ({r.probe_status})", r.reason] for r in result.results], out)
     s = result.summary()
-    say = console.print if out is not Output.json else _stderr
+    say = ui.console.print if out is not ui.Output.json else _stderr
     say(f"{s['pass']} passed, {s['fail']} failed, {s['inconclusive']} inconclusive "
                   f"on {len(result.hosts)} host(s) in {result.wall_s:.1f}s; "
                   f"artifacts: {result.run_dir}")
@@ -96,7 +87,7 @@ def run(
 
 
 @app.command()
-@documented([
+@ui.documented([
     "fleetgate smoke parse probe probe-output.json",
     "fleetgate smoke parse nvidia-smi saved-nvidia-smi.txt",
 ])
@@ -110,9 +101,9 @@ def parse(
                        source="KIND", field=kind)
     text = read_input(file)  # a FIFO or device is refused, never read
     if kind == "probe":
-        print_json(parse_probe_output(text, source=str(file)).model_dump(mode="json"))
+        ui.print_json(parse_probe_output(text, source=str(file)).model_dump(mode="json"))
         return
     try:
-        print_json(parsers.parse(kind, text))
+        ui.print_json(parsers.parse(kind, text))
     except parsers.ParseError as exc:
         raise BadInput(str(exc), source=file, field=kind) from None

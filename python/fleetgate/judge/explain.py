@@ -1,4 +1,5 @@
-"""A verdict in words: one line per metric (samples, statistics, thresholds), then the gate."""
+"""A verdict in words: per metric a line of statistics and thresholds and a line of the samples
+judged, then the gate."""
 
 from __future__ import annotations
 
@@ -44,11 +45,19 @@ def explain_metric(v: MetricVerdict) -> str:
             f"(alpha {v.alpha:g}){spread}, {counts}{cv} [{tags}]: {v.reason}")
 
 
+def explain_samples(v: MetricVerdict) -> str:
+    """The values judged, whole: a reader checks the verdict against the numbers, not a
+    summary of them. A value that did not measure (non-finite) shows as n/a."""
+    ref, new = sides(v.mode)
+    return (f"  {new} samples: {' '.join(map(_num, v.canary)) or '(none)'}; "
+            f"{ref} samples: {' '.join(map(_num, v.baseline)) or '(none)'}")
+
+
 def explain(verdict: GateVerdict | MetricVerdict) -> str:
-    """A human explanation: one line per metric, then the gate line."""
+    """A human explanation: per metric its line and the samples judged, then the gate line."""
     if isinstance(verdict, MetricVerdict):
         return explain_metric(verdict)
-    lines = [explain_metric(v) for v in verdict.metrics]
+    lines = [line for v in verdict.metrics for line in (explain_metric(v), explain_samples(v))]
     who = f" {verdict.host}" if verdict.host else ""
     against = (f" against {', '.join(verdict.reference_hosts)}" if verdict.reference_hosts
                else "")

@@ -6,6 +6,7 @@ and says how many it had, never a pass with a warning."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +27,12 @@ def _metric(r: CheckResult) -> float | None:
     if not rel or r.probe_status != "ok":
         return None
     value = r.metrics.get(rel["metric"])
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    return (float(value) if isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0 else None)
+
+
+def _shown(value: object) -> str:
+    return "missing" if value is None else repr(value)
 
 
 def apply_relative(results: list[CheckResult],
@@ -47,9 +53,18 @@ def apply_relative(results: list[CheckResult],
             groups.setdefault((r.node_class, r.check), []).append(val)
     for r in results:
         rel = r.threshold.get("relative")
-        val = _metric(r)
-        if rel is None or val is None or r.status == "inconclusive" or r.check in skip:
+        if rel is None or r.probe_status != "ok" or r.status == "inconclusive" or r.check in skip:
             out.append(r)
+            continue
+        val = _metric(r)
+        if val is None:
+            # A probe that ran but did not report the value: no measurement, never a pass.
+            msg = (f"relative check has no value: {rel['metric']} is "
+                   f"{_shown(r.metrics.get(rel['metric']))} in the probe output, needs a "
+                   f"number > 0")
+            out.append(r.model_copy(update={
+                "status": "fail" if r.status == "fail" else "inconclusive",
+                "reason": msg if r.status == "pass" else f"{r.reason}; {msg}"}))
             continue
         ref_values = groups.get((r.node_class, r.check), [])
         kind = "baseline" if base is not None else "peers"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import secrets
 from datetime import UTC, datetime
@@ -178,9 +179,17 @@ def parse(raw: bytes, path: Path) -> dict[str, Any]:
     def no_constant(name: str) -> NoReturn:
         raise ValueError(f"{name} is not JSON")
 
+    def finite(text: str) -> float:
+        # 1e999 is valid JSON that Python reads as inf, which no artifact can hold (its MAC
+        # is over strict JSON).
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text} is out of range for a number")
+        return value
+
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=unique,
-                         parse_constant=no_constant)
+                         parse_constant=no_constant, parse_float=finite)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"not a plan artifact: {exc}", source=path) from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

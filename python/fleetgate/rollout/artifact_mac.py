@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
+from fleetgate.inputs import file_kind
 from fleetgate.runner.ansible import state_dir
 
 KEY_BYTES = 32
@@ -38,18 +39,24 @@ def canonical(body: dict[str, Any]) -> bytes:
 
 def _read(path: Path) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted as the key must not hang the controller on open.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise BadInput(f"cannot read the artifact key: {exc.strerror}", source=path) from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        key = f.read(KEY_BYTES + 1)
-    # Like ssh with a private key: a key others can read proves nothing about who wrote.
-    if mode & 0o077 or not stat.S_ISREG(mode):
-        raise BadInput("the artifact key is readable by others; chmod 600 it (and re-plan)",
+    mode = os.fstat(fd).st_mode
+    # The file's kind before any read: a directory raises, a FIFO blocks.
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise BadInput(f"the artifact key is {file_kind(mode)}, not a regular file",
                        source=path)
+    with os.fdopen(fd, "rb") as f:
+        # Like ssh with a private key: a key others can read proves nothing about who wrote.
+        if mode & 0o077:
+            raise BadInput("the artifact key is readable by others; chmod 600 it (and "
+                           "re-plan)", source=path)
+        key = f.read(KEY_BYTES + 1)
     if len(key) != KEY_BYTES:
         raise BadInput(f"not an artifact key ({KEY_BYTES} bytes)", source=path)
     return key

@@ -28,7 +28,10 @@ def checks_for(section: CanarySection) -> list[Check]:
 def _values(metrics: dict[str, Any], check: str, field: str) -> list[float]:
     for key in (f"{field}_samples", "samples" if PLAIN_SAMPLES.get(check) == field else None):
         if key and isinstance(metrics.get(key), list):
-            return [float(v) for v in metrics[key] if isinstance(v, int | float)]
+            # A repeat that is not a number (null, a string) did not measure: NaN keeps its
+            # place, and the judge reports it as no data.
+            return [float(v) if isinstance(v, int | float) and not isinstance(v, bool)
+                    else math.nan for v in metrics[key]]
     v = metrics.get(field)
     return [float(v)] if isinstance(v, int | float) and not isinstance(v, bool) else []
 
@@ -42,6 +45,7 @@ def samples(section: CanarySection, results: Iterable[CheckResult]) -> dict[str,
         check, _, field = m.name.partition(".")
         for r in rs:
             if r.check == check:
-                out[m.name].extend(v for v in _values(r.metrics, check, field)
-                                   if math.isfinite(v))
+                # Non-finite repeats stay in: the judge calls them out as no data, where
+                # dropping them would judge the rest as if every repeat had measured.
+                out[m.name].extend(_values(r.metrics, check, field))
     return out

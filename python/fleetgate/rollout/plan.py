@@ -118,6 +118,11 @@ def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
 
     for key, v in value.items():
         _check_var_key(key, where)
+        if isinstance(v, dict) and set(v) == {"vault"}:
+            # Extra vars are kept verbatim in the artifact and the journal, and never masked.
+            raise ValueError(f"{where}.{key}: an ansible-vault value is a secret: put it in "
+                             "secret_vars (the same `!vault |`), which reaches the run and "
+                             "no file")
         items = v if isinstance(v, list) else [v]
         if not all(ok_scalar(i) for i in items):
             raise ValueError(f"{where}.{key}: only numbers, booleans and strings of "

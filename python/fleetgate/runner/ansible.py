@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import ansible_runner
 
-from fleetgate.runner import redact, secret_vars
+from fleetgate.runner import redact, secret_vars, vault
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
 from fleetgate.runner.private_state import private_state_dir, private_tree, private_umask
 from fleetgate.site import content_env, content_root, current_site
@@ -154,6 +154,9 @@ def _run(
     sources = inv.runner_sources()
     kind = playbook.stem if playbook else f"adhoc-{module}"
     redact.add_secrets(secrets.values())
+    # The inventory's own vaulted values: Ansible decrypts them inside the run, so the
+    # redactor must know them before the first event is written.
+    redact.add_secrets(vault.inventory_plaintexts(inv.hostvars, source=inv.label))
     run_dir = _new_run_dir(kind, runs_base)
     events_path = run_dir / "events.jsonl"
     hosts: dict[str, HostResult] = {}

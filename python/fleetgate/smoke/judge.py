@@ -88,6 +88,9 @@ def _devices_against_class(v: Verdict, nc: NodeClass, gpus: list[dict[str, Any]]
 
 def _kernel_log(v: Verdict, log: dict[str, Any] | None, *, container: bool = False) -> None:
     if not log:
+        # The discovery probe always reports this section: its absence is a probe that did not
+        # look, and an unlooked-at log is no evidence of a clean one.
+        v.unmeasured("the discovery probe reported no kernel_log section, so no Xid/MCE scan")
         return
     if not log.get("readable", False):
         if container:  # the outer machine's log: not this host's to read, as for the kernel pin

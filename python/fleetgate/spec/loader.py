@@ -103,6 +103,19 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
+def _construct_vault(loader: _UniqueKeyLoader, node: yaml.Node) -> dict[str, str]:
+    """`!vault |` as Ansible writes it: a plan's secret_vars take it as {vault: CIPHERTEXT}
+    (runner/secret_vars.py); anywhere else a schema refuses the mapping, naming the field."""
+    if not isinstance(node, yaml.ScalarNode):
+        raise yaml.constructor.ConstructorError(
+            None, None, "!vault must tag a string (the ansible-vault ciphertext)",
+            node.start_mark)
+    return {"vault": str(loader.construct_scalar(node))}
+
+
+_UniqueKeyLoader.add_constructor("!vault", _construct_vault)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse one YAML document; syntax errors become `FILE: line L col C: problem`."""
     text = read_input(path)
