@@ -11,7 +11,10 @@ plugins/); this lays those same files out as a collection tree and runs
                       FQCN from any playbook; their `ansible.module_utils.fleetgate_*` imports
                       become the collection's own module_utils
   plugins/module_utils/, plugins/vars/  as in the checkout (imports likewise)
-  playbooks/          node.yml (the class's role list) and apply_class.yml, roles by FQCN
+  playbooks/          every playbook (kernel_update.yml, rollback.yml, drain.yml, ...: a
+                      collection playbook's name is an identifier, so - becomes _), with
+                      their tasks/; roles, modules and imported playbooks by FQCN, so
+                      `ansible-playbook fleetgate.fleet.kernel_update` runs from anywhere
 
 The vars plugin imports the fleetgate package, so the controller needs fleetgate installed
 (`pip install fleetgate`) and
@@ -36,6 +39,11 @@ NAMESPACE, NAME = "fleetgate", "fleet"
 FQ = f"{NAMESPACE}.{NAME}"
 MODULE_UTILS_IMPORT = re.compile(r"\bansible\.module_utils\.(fleetgate_\w+)")
 ROLE_LINE = re.compile(r"^(\s*- role: )(\w+)\s*$", re.M)
+# `include_role:` then its `name:` on the next line.
+INCLUDE_ROLE = re.compile(r"^(\s*ansible\.builtin\.include_role:\n\s+name: )(\w+)\s*$", re.M)
+# node.yml's hooks, e.g. golden.yml's `fleetgate_roles_post: [sysprep]`.
+ROLE_HOOK = re.compile(r"^(\s*fleetgate_roles_(?:pre|post): \[)([\w, ]*)\]\s*$", re.M)
+IMPORT_PLAYBOOK = re.compile(r"^(\s*ansible\.builtin\.import_playbook: )([\w-]+)\.yml\s*$", re.M)
 
 
 def galaxy_yml(version: str) -> str:
@@ -84,11 +92,22 @@ def assemble(tree: Path, version: str) -> None:
         "*.py")]
     for mod in sorted(modules):
         (tree / "plugins" / "modules" / mod.name).write_text(_collection_imports(mod))
-    for src, dst in (("node.yml", "node.yml"), ("apply-class.yml", "apply_class.yml")):
-        text = (REPO / "playbooks" / src).read_text()
+    # A task's module name is its key: `fleetgate_dkms:` at the start of a line.
+    module_key = re.compile(rf"^(\s*)({'|'.join(sorted(m.stem for m in modules))}):", re.M)
+
+    def fqcn(text: str) -> str:
         text = ROLE_LINE.sub(rf"\g<1>{FQ}.\g<2>", text)
-        text = text.replace("import_playbook: node.yml", f"import_playbook: {FQ}.node")
-        (tree / "playbooks" / dst).write_text(text)
+        text = INCLUDE_ROLE.sub(rf"\g<1>{FQ}.\g<2>", text)
+        text = ROLE_HOOK.sub(lambda m: m[1] + ", ".join(
+            f"{FQ}.{r.strip()}" for r in m[2].split(",") if r.strip()) + "]", text)
+        text = IMPORT_PLAYBOOK.sub(lambda m: f"{m[1]}{FQ}.{m[2].replace('-', '_')}", text)
+        return module_key.sub(rf"\g<1>{FQ}.\g<2>:", text)
+
+    (tree / "playbooks" / "tasks").mkdir()
+    for src in sorted((REPO / "playbooks").glob("*.yml")):
+        (tree / "playbooks" / src.name.replace("-", "_")).write_text(fqcn(src.read_text()))
+    for src in sorted((REPO / "playbooks" / "tasks").glob("*.yml")):
+        (tree / "playbooks" / "tasks" / src.name).write_text(fqcn(src.read_text()))
     (tree / "meta" / "runtime.yml").write_text('---\nrequires_ansible: ">=2.19"\n')
     (tree / "galaxy.yml").write_text(galaxy_yml(version))
     (tree / "README.md").write_text(

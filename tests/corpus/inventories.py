@@ -111,6 +111,13 @@ def entries(base: Base) -> list[Entry]:
     ini("host-dash-proxycommand", _h1(base, 'ansible_host="-oProxyCommand='
         f'{touch("host-dash-proxycommand")}"').replace("ansible_host=127.0.0.1 ", "", 1),
         ping, "ansible_host", "an ansible_host that ssh would read as an option")
+    ini("host-semicolon", _h1(base, f'ansible_host="127.0.0.1;{touch("host-semicolon")}"')
+        .replace("ansible_host=127.0.0.1 ", "", 1), ping, "ansible_host",
+        "a shell separator and command in ansible_host")
+    ini("host-command-substitution", _h1(base, 'ansible_host="$('
+        f'{touch("host-command-substitution")})"')
+        .replace("ansible_host=127.0.0.1 ", "", 1), ping, "ansible_host",
+        "a command substitution as ansible_host")
     ini("ssh-host-dash", _h1(base, f"ansible_ssh_host=-oProxyCommand={evil('ssh-host-dash')}"),
         ping, "ansible_ssh_host", "the old ansible_ssh_host spelling, as an option")
     ini("user-dash", _h1(base, f"ansible_user=-oProxyCommand={evil('user-dash')}"), ping,

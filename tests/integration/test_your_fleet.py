@@ -138,20 +138,49 @@ def test_ini_inventory_gives_the_same_hosts_classes_and_verdicts(fleet: Fleet) -
 
 
 def test_inventory_directory_with_group_vars_and_constructed_zones(fleet: Fleet) -> None:
+    """The same hosts as an inventory directory: the INI file, group_vars/class_lab_cpu.yml
+    and a `constructed` source grouping hosts by zone. Same hosts, classes, smoke verdicts and
+    waves as the INI file alone, plus the zone groups."""
     d = fleet.site / "inventory-dir"
     (d / "group_vars").mkdir(parents=True)
     ini = (fleet.site / "inventory" / "hosts.ini").read_text()
-    # No class group in the hosts file: the class comes from group_vars of a plain group.
-    (d / "hosts.ini").write_text(ini.replace("[class_lab_cpu]", "[gpu_nodes]"))
-    (d / "group_vars" / "gpu_nodes.yml").write_text("fleetgate_class: lab-cpu\n")
+    assert "[class_lab_cpu]" in ini
+    (d / "hosts.ini").write_text(ini)
+    # The class group's own vars file, where an operator keeps what a class's hosts share.
+    (d / "group_vars" / "class_lab_cpu.yml").write_text("rack: rack-from-group-vars\n")
     (d / "zz-zones.yml").write_text(yaml.safe_dump({
         "plugin": "ansible.builtin.constructed", "strict": True,
         "keyed_groups": [{"key": "zone", "prefix": "zone"}]}))
-    facts = fleet.json("fleet", "facts", "-i", str(d), "--json")["hosts"]
-    assert sorted(facts) == HOSTS and {h["class"] for h in facts.values()} == {"lab-cpu"}
+    in_dir = fleet.json("fleet", "hosts", "-i", str(d), "-o", "json")["hosts"]
+    in_ini = fleet.json("fleet", "hosts", "-o", "json")["hosts"]
+    assert sorted(in_dir) == sorted(in_ini) == HOSTS
+    zones = {h: v["zone"] for h, v in yaml.safe_load(
+        Path(fleet.lab.inventory).read_text())["all"]["hosts"].items()}
+    for h in HOSTS:
+        assert in_dir[h]["class"] == in_ini[h]["class"] == "lab-cpu"
+        assert f"zone_{zones[h]}" in in_dir[h]["groups"], in_dir[h]
+        assert not any(g.startswith("zone_") for g in in_ini[h]["groups"])
     ping = fleet.run("fleet", "ping", "-i", str(d), "--limit", "zone_*", "--json")
     assert ping.returncode == 0, ping.stderr
     assert sorted(json.loads(ping.stdout)["hosts"]) == HOSTS
+
+    def verdicts(*inventory: str) -> dict[tuple[str, str], str]:
+        doc = fleet.json("smoke", "run", *inventory, "--only", "discovery", "--json")
+        return {(r["host"], r["check"]): r["status"] for r in doc["results"]}
+
+    assert verdicts("-i", str(d)) == verdicts() == dict.fromkeys(
+        [(h, "discovery") for h in HOSTS], "pass")
+    plan = fleet.site / "plans" / "dir.yml"
+    plan.write_text(yaml.safe_dump({
+        "name": "dir", "targets": {"inventory": "../inventory/hosts.ini", "class": "lab-cpu"},
+        "change": {"playbook": "playbooks/stamp-version.yml",
+                   "extra_vars": {"stamp_version": "dir-1"},
+                   "target": {"files": {"/var/lib/fleetgate-example/version": "dir-1"}}},
+        "waves": {"steps": [1, "100%"]}, "gates": {"checks": ["discovery"]}},
+        sort_keys=False))
+    from_ini = fleet.json("rollout", "plan", str(plan), "--json")
+    from_dir = fleet.json("rollout", "plan", str(plan), "-i", str(d), "--json")
+    assert from_dir["waves"] == from_ini["waves"] == [["lab-c01"], ["lab-c02"]]
 
 
 def test_plan_and_start_a_rollout_from_the_site(fleet: Fleet) -> None:

@@ -58,7 +58,7 @@ def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path) -> Non
     assert resolve_inventory([ini, d], "pool_extra").hosts == ["x1", "x2"]
 
 
-def test_a_script_inventory_and_the_single_source_stand_in(tmp_path: Path) -> None:
+def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
     script = tmp_path / "dyn.py"
     script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'web': "
                       "{'hosts': ['s1']}, '_meta': {'hostvars': {'s1': {'rack': 'r3'}}}}))\n")
@@ -67,11 +67,14 @@ def test_a_script_inventory_and_the_single_source_stand_in(tmp_path: Path) -> No
     ini.write_text(INI)
     inv = resolve_inventory([script, ini])
     assert inv.hostvars["s1"]["rack"] == "r3" and "c1" in inv.hosts
-    # testinfra takes one inventory: several sources become a script answering the same.
-    one = inv.single_source(tmp_path)
-    assert one != script and os.access(one, os.X_OK)
-    assert resolve_inventory(one).hostvars == inv.hostvars
-    assert resolve_inventory(ini).single_source(tmp_path) == ini.resolve()
+    # testinfra resolves again, one process per host: each gets a script that answers with
+    # that host alone, its variables and groups as resolved here, whatever the sources were.
+    for host in ("s1", "m1"):
+        one = resolve_inventory(inv.host_source(tmp_path, host))
+        assert os.access(inv.host_source(tmp_path, host), os.X_OK)
+        assert one.hosts == [host] and one.hostvars[host] == inv.hostvars[host]
+        assert one.groups_of()[host] == inv.groups_of()[host]
+    assert "gpu" in inv.groups_of()["m1"]  # through pool_main's parent, kept in the stand-in
 
 
 def test_resolved_once_per_command_and_again_after_an_edit(tmp_path: Path,

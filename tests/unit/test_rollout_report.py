@@ -757,3 +757,13 @@ def test_history_says_who_approved_without_the_signature_blob(tmp_path: Path) ->
     line = status.history_line(j.events(RID, kinds=("approve",))[-1])
     assert line.endswith(" approve w2: by alice (SHA256:abc) (signed) (canary looks fine)"), line
     assert "BEGIN SSH SIGNATURE" not in line and "AAAA" not in line
+
+
+@pytest.mark.parametrize(("mode", "ref", "new"), [("baseline", "baseline", "canary"),
+                                                   ("promoted", "promoted", "canary"),
+                                                   ("self", "before", "after")])
+def test_the_metric_table_names_the_sides_the_verdict_compared(mode: str, ref: str,
+                                                               new: str) -> None:
+    head = report_html._metric_table({"mode": mode, "metrics": []}).split("</tr>", 1)[0]
+    assert f"<th>{ref} median</th><th>{new} median</th>" in head, head
+    assert f"n {new}/{ref}" in head

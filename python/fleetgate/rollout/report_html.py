@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fleetgate.judge.compare import sides
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout import report_plots
 from fleetgate.rollout.journal import FAILED_HOST, Journal
@@ -200,8 +201,9 @@ def _num(x: Any, fmt: str = "{:.4g}") -> str:
 
 
 def _metric_table(verdict: dict[str, Any]) -> str:
-    return table(["metric", "outcome", "baseline median", "canary median", "shift",
-                  "tolerance", "p-value", "n canary/baseline", "reason"], (
+    ref, new = sides(verdict.get("mode", "baseline"))
+    return table(["metric", "outcome", f"{ref} median", f"{new} median", "shift",
+                  "tolerance", "p-value", f"n {new}/{ref}", "reason"], (
         (f"<code>{esc(m['name'])}</code>", badge(m["outcome"]), _num(m.get("baseline_median")),
          _num(m.get("canary_median")), _num(m.get("relative_shift"), "{:+.1%}"),
          f"{100 * m['tolerance']:g}%", _num(m.get("p_value"), "{:.2g}"),
@@ -224,9 +226,11 @@ def _canary(art: dict[str, Any], events: list[dict[str, Any]],
     figures = 0
     for jd in found:
         title = rd.group_title(jd)
-        against = (f" against baseline {esc(', '.join(jd.baseline_hosts))}"
-                   if jd.baseline_hosts else "")
         v = jd.verdict or {}
+        mode = v.get("mode", "baseline")
+        against = (" against each host's own samples from before the change" if mode == "self"
+                   else f" against {'promoted hosts' if mode == 'promoted' else 'baseline'} "
+                   f"{esc(', '.join(jd.baseline_hosts))}" if jd.baseline_hosts else "")
         score = v.get("score") if isinstance(v.get("score"), int | float) else None
         out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}"
                    + (f' <span class="score s-{esc(jd.outcome)}">score {score:.1f}'

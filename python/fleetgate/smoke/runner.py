@@ -150,15 +150,14 @@ def run_smoke(
     run_dir = (runs_base or private_state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True)
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    suite_inventory = inv.single_source(run_dir)
 
     def one(host: str) -> list[CheckResult]:
         cls = selected[host]
         if cls is None:
             return [unmeasured(host, c, "not-run", "host has no fleetgate_class") for c in checks]
         nc, plan = cls
-        got, meta = _run_host(host, suite_inventory, checks, run_dir, host_budget_s(checks, plan),
-                              probes_dir, classes)
+        got, meta = _run_host(host, inv.host_source(run_dir, host), checks, run_dir,
+                              host_budget_s(checks, plan), probes_dir, classes)
         done = {r.check for r in got}
         for c in checks:
             if c in done:
