@@ -2,9 +2,9 @@
 wave assignment with domain diversity, budgets), then the controller's journal, budget and
 gate bookkeeping for every host, for 1k, 2k, 5k and 10k simulated hosts.
 
-EXECUTOR STUB: no host is contacted. `StubController` replaces the two calls that reach
-hosts (the batch worker running Ansible, and the smoke suite) with instant "ok"/"pass"
-answers; everything else (journal transactions and fsyncs, leases, budgets, next_batch,
+EXECUTOR STUB: no host is contacted. `StubController` replaces the three calls that reach
+hosts (the batch worker running Ansible, the smoke suite, and the host-state probe that
+records what a host ran before its change) with instant "ok"/"pass" answers; everything else (journal transactions and fsyncs, leases, budgets, next_batch,
 safe points, status) is the real code. This stub exists only here.
 
 Each size runs in a fresh process, so peak RSS is that size's own.
@@ -41,7 +41,7 @@ def inventory(n: int) -> dict[str, Any]:
 
 def one_size(n: int) -> dict[str, Any]:
     from fleetgate.rollout import artifact as artifacts
-    from fleetgate.rollout import engine
+    from fleetgate.rollout import engine, hoststate
     from fleetgate.rollout.journal import Journal
     from fleetgate.rollout.status import summary
     from fleetgate.smoke.model import CheckResult, SmokeRun
@@ -49,9 +49,9 @@ def one_size(n: int) -> dict[str, Any]:
     class StubController(engine.Controller):
         """EXECUTOR STUB (benchmark only): batches and smoke runs answer instantly."""
 
-        def _stage(self, kind: str, hosts: list[str], k: int, playbook: Path,
-                   extravars: dict[str, Any], timeout: int, classes: str | None = None
-                   ) -> dict[str, dict[str, Any]] | None:
+        def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
+                   extravars: dict[str, Any], timeout: int, classes: str | None = None,
+                   secrets: Any = None) -> dict[str, dict[str, Any]] | None:
             bid = f"{kind}-{uuid.uuid4().hex[:8]}"
             self.j.start_batch(bid, self.rid, k, kind, hosts, self.dir)
             self.j.batch_spawned(bid, self.rid, os.getpid())
@@ -71,7 +71,12 @@ def one_size(n: int) -> dict[str, Any]:
                                              reason="stub", node_class="lab-cpu")
                                  for h in hosts for c in checks])
 
+    def stub_probe(inventory: Path, hosts: list[str], targets: Any, **_: Any
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
+        return {h: {"kernel": "stub"} for h in hosts}, {}
+
     setattr(engine, "run_smoke", stub_smoke)  # noqa: B010  # the stub, see module doc
+    setattr(hoststate, "probe", stub_probe)  # noqa: B010  # likewise: it reaches hosts
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
