@@ -130,3 +130,18 @@ def test_policy_lists_keep_up_with_ansible() -> None:
     missing = sorted(n for n in theirs if refusal(n) is None)
     assert not missing, f"Ansible reserves names the policy lets through: {missing}"
     assert not {n for n in MAGIC_VARS | RESERVED_NAMES if n.startswith("ansible_")}
+
+
+@pytest.mark.parametrize("key", ["db_password", "registry_token", "aws_secret_access_key",
+                                 "api_key", "passphrase"])
+def test_an_extra_var_named_like_a_credential_is_sent_to_secret_vars(tmp_path: Path,
+                                                                     key: str) -> None:
+    msg = refused(write_plan(tmp_path, {"extra_vars": {key: "hunter2hunter2"}}))
+    assert f"extra_vars.{key}: named like a secret" in msg and "secret_vars" in msg
+    assert "hunter2hunter2" not in msg
+
+
+def test_names_that_only_contain_a_credential_word_stay_extra_vars(tmp_path: Path) -> None:
+    plan = load_plan(write_plan(tmp_path, {"extra_vars": {
+        "bypass_cache": True, "token_budget": 3, "password_policy_doc": "wiki"}}))
+    assert plan.change.extra_vars["token_budget"] == 3

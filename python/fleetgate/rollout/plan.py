@@ -100,6 +100,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# A variable name that says it holds a credential (its last word), e.g. db_password,
+# registry_token, aws_secret_access_key; not `bypass_cache` or `token_budget`.
+SECRET_NAME_RE = re.compile(r"(?:^|_)(?:password|passwd|passphrase|secret|token|api_key|"
+                            r"private_key|secret_key|access_key)$")
+
+
 def _check_var_key(key: Any, where: str) -> None:
     """A name a plan may give Ansible: a lower-case identifier, and nothing that reconfigures
     how hosts are reached or shadows Ansible's own variables (rollout/var_policy.py)."""
@@ -118,6 +124,12 @@ def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
 
     for key, v in value.items():
         _check_var_key(key, where)
+        if SECRET_NAME_RE.search(key):
+            # Extra vars are kept as written (artifact, journal, batch specs) and never
+            # masked by name alone: a value named like a credential belongs in secret_vars.
+            raise ValueError(f"{where}.{key}: named like a secret, and extra vars are stored "
+                             "as written: give it as secret_vars (env, file or !vault), which "
+                             "reaches the run and no file")
         if isinstance(v, dict) and set(v) == {"vault"}:
             # Extra vars are kept verbatim in the artifact and the journal, and never masked.
             raise ValueError(f"{where}.{key}: an ansible-vault value is a secret: put it in "
