@@ -20,7 +20,7 @@ def record(j: Journal, rid: str, inventory: Path, plan: RolloutPlan, hosts: list
            wave: int, runs_base: Path) -> None:
     """Probe `hosts` and journal each one's state; never raises: a reading that cannot be
     taken is recorded with its reason and the rollout goes on (the change is what counts)."""
-    seen = {e["host"] for e in j.events(rid, kinds=("hoststate",))
+    seen = {e["host"] for e in j.events(rid, kinds=("hoststate",), hosts=hosts)
             if e["data"].get("label") == LABEL}
     todo = [h for h in hosts if h not in seen]
     if not todo:
@@ -30,6 +30,6 @@ def record(j: Journal, rid: str, inventory: Path, plan: RolloutPlan, hosts: list
         states, why = hoststate.probe(inventory, todo, targets, runs_base=runs_base)
     except Exception as exc:  # the probe is evidence, not a gate
         states, why = dict.fromkeys(todo), dict.fromkeys(todo, f"{type(exc).__name__}: {exc}")
-    for h in todo:
-        j.event(rid, "hoststate", {"label": LABEL, "state": states.get(h), "why": why.get(h)},
-                host=h, wave=wave)
+    j.events_at_once(rid, "hoststate", [
+        (h, {"label": LABEL, "state": states.get(h), "why": why.get(h)}) for h in todo],
+        wave=wave)

@@ -125,6 +125,9 @@ class Controller:
         for s in old:
             signal.signal(s, on_signal)
         try:
+            # The lease makes this process the rollout's only writer: its host rows are read
+            # from memory from here on (Journal.own), not from the database on every batch.
+            self.j.own(self.rid)
             if resume:
                 self.reconcile()
             state, reason, resumable = self._drive()
@@ -133,6 +136,7 @@ class Controller:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.j.disown(self.rid)
             self.lease.release()
 
     def _finish(self, state: str, reason: str, resumable: bool) -> None:
@@ -398,9 +402,9 @@ class Controller:
                         baseline=self.baseline, forks=max(1, len(hosts)),
                         runs_base=self.dir / "runs",
                         skip_relative=canary_gate.checks_for(c) if c is not None else ())
-        for r in run.results:
-            self.j.event(self.rid, "smoke", {"label": label, "result": r.model_dump(mode="json")},
-                         host=r.host, wave=k)
+        self.j.events_at_once(self.rid, "smoke", [
+            (r.host, {"label": label, "result": r.model_dump(mode="json")})
+            for r in run.results], wave=k)
         return run
 
     # --------------------------------------------------------------------- batch execution
