@@ -4,8 +4,9 @@ gate bookkeeping for every host, for 1k, 2k, 5k and 10k simulated hosts.
 
 EXECUTOR STUB: no host is contacted. `StubController` replaces the three calls that reach
 hosts (the batch worker running Ansible, the smoke suite, and the host-state probe that
-records what a host ran before its change) with instant "ok"/"pass" answers; everything else (journal transactions and fsyncs, leases, budgets, next_batch,
-safe points, status) is the real code. This stub exists only here.
+records what a host ran before its change) with instant "ok"/"pass" answers; everything
+else (journal transactions and fsyncs, leases, budgets, next_batch, safe points, status) is
+the real code. This stub exists only here.
 
 Each size runs in a fresh process, so peak RSS is that size's own.
 """
