@@ -20,6 +20,9 @@ from fleetgate.spec.loader import read_yaml
 from tests.privacy import find_secret
 
 PLAIN = "vault-db-pass-5e81c0"  # one value only this file uses
+# The inventory's own: the redactor is per process, so a value an earlier test registered
+# would be masked whether or not the run registers it.
+INVENTORY_PLAIN = "inventory-vault-pass-7d02"
 PASSWORD = "vault-password-for-tests"
 VAULT_BIN = Path(sys.executable).with_name("ansible-vault")
 
@@ -107,7 +110,9 @@ def test_an_inventory_vault_value_a_run_prints_is_masked_in_everything_it_keeps(
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"db": {"hosts": {
         "localhost": {"ansible_connection": "local",
                       "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}}}))
-    (inv / "group_vars" / "db.yml").write_text(encrypt(password, PLAIN, "db_password"))
+    (inv / "group_vars" / "db.yml").write_text(encrypt(password, INVENTORY_PLAIN,
+                                                        "db_password"))
+    assert redact.text(INVENTORY_PLAIN) == INVENTORY_PLAIN  # nothing registered it yet
     out = tmp_path / "out.txt"
     play = tmp_path / "play.yml"
     play.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
@@ -121,10 +126,10 @@ def test_an_inventory_vault_value_a_run_prints_is_masked_in_everything_it_keeps(
                          forks=1, timeout=120)
     assert result.ok, result.error
     # Ansible did decrypt and use it: the masking below is of a value that was there.
-    assert out.read_text() == PLAIN
+    assert out.read_text() == INVENTORY_PLAIN
     kept = list(result.run_dir.rglob("*"))
     assert any(p.name == "events.jsonl" for p in kept) and any(
         p.name == "stdout" for p in kept)
     assert any(redact.MASK in p.read_text(errors="replace") for p in kept
                if p.is_file() and p.name in ("events.jsonl", "stdout"))
-    assert not find_secret(result.run_dir, PLAIN)
+    assert not find_secret(result.run_dir, INVENTORY_PLAIN)

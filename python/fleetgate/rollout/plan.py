@@ -124,17 +124,16 @@ def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
 
     for key, v in value.items():
         _check_var_key(key, where)
-        if SECRET_NAME_RE.search(key):
-            # Extra vars are kept as written (artifact, journal, batch specs) and never
-            # masked by name alone: a value named like a credential belongs in secret_vars.
-            raise ValueError(f"{where}.{key}: named like a secret, and extra vars are stored "
-                             "as written: give it as secret_vars (env, file or !vault), which "
-                             "reaches the run and no file")
+        # Extra vars are kept as written (artifact, journal, batch specs) and never masked by
+        # name: a vaulted value, or one named like a credential, belongs in secret_vars.
         if isinstance(v, dict) and set(v) == {"vault"}:
-            # Extra vars are kept verbatim in the artifact and the journal, and never masked.
             raise ValueError(f"{where}.{key}: an ansible-vault value is a secret: put it in "
                              "secret_vars (the same `!vault |`), which reaches the run and "
                              "no file")
+        if SECRET_NAME_RE.search(key):
+            raise ValueError(f"{where}.{key}: the name says it holds a credential, and extra "
+                             "vars are stored as written: give it as secret_vars (env, file "
+                             "or !vault), which reaches the run and no file")
         items = v if isinstance(v, list) else [v]
         if not all(ok_scalar(i) for i in items):
             raise ValueError(f"{where}.{key}: only numbers, booleans and strings of "

@@ -26,8 +26,14 @@ HEADER = "$ANSIBLE_VAULT;"
 
 
 def ciphertexts(tree: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """(where, ciphertext) for every vaulted value in a variables tree as ansible-inventory
-    prints it; `where` is the dotted path of keys (host.variable...)."""
+    """(where, ciphertext) for every vaulted value in a variables tree: as ansible-inventory
+    prints it ({"__ansible_vault": ...}) or as the inventory layer hands it on, unwrapped
+    (runner/inventory.py plain_ansible_json), a string that is the vault envelope. `where`
+    is the dotted path of keys (host.variable...)."""
+    if isinstance(tree, str):
+        if tree.startswith(HEADER):
+            yield path, tree
+        return
     if isinstance(tree, dict):
         if set(tree) == {MARK} and isinstance(tree[MARK], str):
             yield path, tree[MARK]
