@@ -128,16 +128,19 @@ def measured_dom(page: Path, tmp: Path, name: str, width: int) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("which", ["halted", "kernel"])
+@pytest.mark.parametrize("which", ["halted", "kernel", "demo-kernel"])
 def test_report_fits_1280_px_and_shows_the_version_change(tmp_path: Path, which: str) -> None:
+    """`demo-kernel` is a real journal: `make demo`'s kernel update of two lab VMs."""
     from tests.fixtures.rollout.journal_builder import (
         KERNEL_NEW,
         KERNEL_OLD,
         build_kernel_journal,
     )
+    from tests.unit.test_rollout_report import DEMO_KERNEL, DEMO_SQL, lab_journal
 
     j, rid = (build_journal(tmp_path / "j.db") if which == "halted"
-              else build_kernel_journal(tmp_path / "k.db"))
+              else build_kernel_journal(tmp_path / "k.db") if which == "kernel"
+              else (lab_journal(tmp_path, DEMO_SQL), DEMO_KERNEL))
     page = tmp_path / f"{which}.html"
     page.write_text(report_html.render(j, rid))
     dom = measured_dom(page, tmp_path, which, 1280)
@@ -145,7 +148,7 @@ def test_report_fits_1280_px_and_shows_the_version_change(tmp_path: Path, which:
     scroll, client = map(int, widths.split("/"))
     assert scroll <= client, f"horizontal overflow at 1280 px: {scroll} > {client}"
     versions = dom.split('<section id="versions">', 1)[1].split("</section>", 1)[0]
-    if which == "kernel":
+    if which != "halted":
         # The kernel-update rollout: old and new kernel side by side, per host group.
         changed = versions.split('<table class="versions">', 1)[1].split("<details>", 1)[0]
         assert (f'<span class="changed">kernel</span> <code>{KERNEL_OLD}</code> → '

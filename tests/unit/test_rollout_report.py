@@ -42,6 +42,8 @@ from tests.fixtures.rollout.journal_builder import (
 
 HOSTS = [h for w in WAVES for h in w]
 LAB_SQL = REPO / "tests" / "fixtures" / "rollout" / "lab-drills.sql"
+DEMO_SQL = REPO / "tests" / "fixtures" / "rollout" / "demo-rollouts.sql"
+DEMO_KERNEL, DEMO_BLAS = "demo-kernel-20261202-042543", "demo-bad-blas-20261202-042543"
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +64,10 @@ def fresh(tmp_path: Path) -> Journal:
     return j
 
 
-def lab_journal(tmp_path: Path) -> Journal:
-    db = tmp_path / "lab.db"
+def lab_journal(tmp_path: Path, sql: Path = LAB_SQL) -> Journal:
+    db = tmp_path / f"{sql.stem}.db"
     con = sqlite3.connect(db)
-    con.executescript(LAB_SQL.read_text())
+    con.executescript(sql.read_text())
     con.close()
     return Journal(db)
 
@@ -767,3 +769,39 @@ def test_the_metric_table_names_the_sides_the_verdict_compared(mode: str, ref: s
     head = report_html._metric_table({"mode": mode, "metrics": []}).split("</tr>", 1)[0]
     assert f"<th>{ref} median</th><th>{new} median</th>" in head, head
     assert f"n {new}/{ref}" in head
+
+
+# ------------------------------------------------- a real journal: `make demo`, both rollouts
+
+def test_the_demo_kernel_update_report_states_the_change_each_host_made(tmp_path: Path) -> None:
+    """The controller's own readings of two lab VMs before and after a real kernel update."""
+    j = lab_journal(tmp_path, DEMO_SQL)
+    text = report_md.render(j, DEMO_KERNEL)
+    assert text.startswith("**COMPLETED**: `kernel 6.1.0-55-cloud-amd64 → 6.1.0-57-cloud-amd64; "
+                           "manifest.class_version 1 → 2` on class `lab-vm`, 2 hosts (2 "
+                           "healthy), 17m24s, by ")
+    versions = text.split("**Versions (before → after)**", 1)[1].split("**Next steps**", 1)[0]
+    (line,) = [x for x in versions.splitlines() if x.startswith("- ")]
+    # One line for both hosts: they changed alike, and bookkeeping (when the manifest was
+    # written, the machine it was verified on) no longer sets them apart or buries the kernel.
+    assert line.startswith("- `lab-v01`, `lab-v02`: `kernel 6.1.0-55-cloud-amd64 → "
+                           "6.1.0-57-cloud-amd64`; `manifest.class_version 1 → 2`")
+    assert "`manifest.verified.kernel.default_boot 6.1.0-55-cloud-amd64 → " \
+           "6.1.0-57-cloud-amd64`" in line
+    assert not any(k in line for k in report_data.BOOKKEEPING)
+    page = report_html.render(j, DEMO_KERNEL)
+    folded = page.split("<section id=versions>", 1)[1].split("</section>", 1)[0]
+    assert "manifest.updated_at" in folded.split("<details>", 1)[1]  # kept, folded away
+
+
+def test_the_demo_bad_blas_report_says_what_halted_it_and_what_was_spared(
+        tmp_path: Path) -> None:
+    j = lab_journal(tmp_path, DEMO_SQL)
+    text = report_md.render(j, DEMO_BLAS)
+    assert text.startswith("**HALTED**: `class_version 1 → 2; verified.userland.blas openblas → "
+                           "reference` on class `lab-cpu`, 5 hosts (1 rolled_back, 4 skipped)")
+    assert ("- 1 rolled back and verified on the old version: `lab-c01`: `canary analysis "
+            "failed (gemm.tflops)") in text
+    assert "- 4 untouched (skipped): `lab-c02`, `lab-c03`, `lab-c04`, `lab-c05`" in text
+    assert report_data.explain_wave(j, DEMO_BLAS, 1).splitlines()[0].endswith(
+        "canary lab-c01 judged against baseline lab-c02, lab-c03: FAIL")

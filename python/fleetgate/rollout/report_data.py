@@ -360,12 +360,20 @@ class Change:
         return f"{self.item} {self.old} → {self.new}"
 
 
+# Manifest fields that differ between any two readings of a host, whatever changed: when the
+# manifest was written, a hash of the whole package list, and the machine identity (an image
+# built in a container records the build machine's). A real kernel-update journal showed
+# them burying the one line that matters (tests/fixtures/rollout/demo-rollouts.sql); they
+# stay in the full readings, folded away.
+BOOKKEEPING = ("manifest.updated_at", "manifest.package_list_sha256", "manifest.fingerprint.")
+
+
 def changes(first: Reading, last: Reading) -> list[Change]:
-    """Only what differs between two readings, kernel first."""
+    """Only what differs between two readings, kernel first, bookkeeping left out."""
     keys = list(dict.fromkeys([*first.fields, *last.fields]))
     keys.sort(key=lambda k: (k != "kernel", k))
     return [Change(k, first.fields.get(k, "-"), last.fields.get(k, "-")) for k in keys
-            if first.fields.get(k) != last.fields.get(k)]
+            if first.fields.get(k) != last.fields.get(k) and not k.startswith(BOOKKEEPING)]
 
 
 def change_statement(row: RolloutRow, events: list[dict[str, Any]]) -> str:
