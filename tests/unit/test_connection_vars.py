@@ -424,5 +424,7 @@ def test_a_dynamic_source_that_answers_differently_to_testinfra_is_refused_there
     assert int((tmp_path / "count").read_text()) == 1  # the controller's one resolution
     result = json.loads(p.stdout)["results"][0]
     # Port 1 refuses: the host is unreachable with the clean answer, not run with the other.
-    assert result["probe_status"] != "ok" and "ansible_ssh_common_args" not in result["reason"]
+    assert (result["probe_status"], result["status"]) == ("unreachable", "inconclusive")
+    assert result["reason"].startswith("unreachable: ssh: connect to host 127.0.0.1 port 1"), \
+        result
     assert not marker.exists()

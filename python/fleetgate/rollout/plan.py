@@ -27,6 +27,7 @@ from pydantic import (
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
 from fleetgate.rollout.var_policy import check_key
+from fleetgate.runner import redact
 from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.site import content_root, current_site
 from fleetgate.smoke.thresholds import CHECKS, Check
@@ -101,9 +102,9 @@ class _Strict(BaseModel):
 
 
 # A variable name that says it holds a credential (its last word), e.g. db_password,
-# registry_token, aws_secret_access_key; not `bypass_cache` or `token_budget`.
-SECRET_NAME_RE = re.compile(r"(?:^|_)(?:password|passwd|passphrase|secret|token|api_key|"
-                            r"private_key|secret_key|access_key)$")
+# registry_token, aws_secret_access_key; not `bypass_cache` or `token_budget`. The words are
+# the redactor's, so what a plan may not name is what output masks.
+SECRET_NAME_RE = re.compile(rf"(?:^|_)(?:{redact.CREDENTIAL_WORDS})$")
 
 
 def _check_var_key(key: Any, where: str) -> None:

@@ -228,9 +228,13 @@ def _canary(art: dict[str, Any], events: list[dict[str, Any]],
         title = rd.group_title(jd)
         v = jd.verdict or {}
         mode = v.get("mode", "baseline")
-        against = (" against each host's own samples from before the change" if mode == "self"
-                   else f" against {'promoted hosts' if mode == 'promoted' else 'baseline'} "
-                   f"{esc(', '.join(jd.baseline_hosts))}" if jd.baseline_hosts else "")
+        if mode == "self":
+            against = " against each host's own samples from before the change"
+        elif jd.baseline_hosts:
+            kind = "promoted hosts" if mode == "promoted" else "baseline"
+            against = f" against {kind} {esc(', '.join(jd.baseline_hosts))}"
+        else:
+            against = ""
         score = v.get("score") if isinstance(v.get("score"), int | float) else None
         out.append(f"<h3>Wave {jd.wave}: {esc(', '.join(jd.hosts))} {badge(jd.outcome)}"
                    + (f' <span class="score s-{esc(jd.outcome)}">score {score:.1f}'

@@ -156,7 +156,7 @@ def _run(
     redact.add_secrets(secrets.values())
     # The inventory's own vaulted values: Ansible decrypts them inside the run, so the
     # redactor must know them before the first event is written.
-    redact.add_secrets(vault.inventory_plaintexts(inv.hostvars, source=inv.label))
+    redact.add_secrets(vault.inventory_plaintexts(inv.vaulted, source=inv.label))
     run_dir = _new_run_dir(kind, runs_base)
     events_path = run_dir / "events.jsonl"
     hosts: dict[str, HostResult] = {}

@@ -13,6 +13,7 @@ or whose node class is not a class name.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.inputs import check_inventory_source
+from fleetgate.runner import vault
 from fleetgate.runner.connection_vars import host_problems
 from fleetgate.site import content_env
 from fleetgate.spec.schema import CLASS_NAME_RE
@@ -83,8 +85,19 @@ class Inventory:
     def hosts(self) -> list[str]:
         return list(self.hostvars)
 
+    @functools.cached_property
+    def vaulted(self) -> list[tuple[str, str]]:
+        """(host.variable, ciphertext) of every ansible-vault value, found once per resolution:
+        every Ansible run decrypts them for the redactor first (runner/vault.py)."""
+        return list(vault.ciphertexts(self.hostvars))
+
     def groups_of(self) -> dict[str, list[str]]:
-        """Host -> every group it is in, directly or through children (sorted)."""
+        """Host -> every group it is in, directly or through children (sorted). Computed once
+        per resolution: smoke asks it for each of its hosts (host_source)."""
+        return self._groups
+
+    @functools.cached_property
+    def _groups(self) -> dict[str, list[str]]:
         out: dict[str, set[str]] = {}
         for group in self.doc:
             if group != "_meta":

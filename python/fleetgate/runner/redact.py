@@ -26,10 +26,10 @@ SECRET_KEY_RE = re.compile(r"pass(word)?|secret|token|private_key|api_key", re.I
 # The same words as `key=value` / `key: value` / `"key": "value"` in free text. Here the key
 # must end in the word, so a metric such as `tokens_per_s=812` stays readable, and a bare
 # `pass` is a verdict ("gemm pass: 3 of 3"), not a credential, unless it ends a longer key.
-_WORDS = (r"password|passwd|passphrase|[\w.-]+[_.-]pass|secret(?:_access_key|_key)?|token"
-          r"|private_key|api_key")
+CREDENTIAL_WORDS = (r"password|passwd|passphrase|[\w.-]+[_.-]pass|secret(?:_access_key|_key)?"
+                    r"|token|private_key|api_key")
 KEY_VALUE_RE = re.compile(
-    rf"(?P<key>\b[\w.-]*?(?:{_WORDS}))(?![\w-])(?P<sep>[\"']?[ \t]*[:=][ \t]*)"
+    rf"(?P<key>\b[\w.-]*?(?:{CREDENTIAL_WORDS}))(?![\w-])(?P<sep>[\"']?[ \t]*[:=][ \t]*)"
     r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\r\n]*)(?P=q)|(?P<bare>[^\s\"',;}\]]+))",
     re.IGNORECASE)
 # What ansible-runner's callback puts in place of a no_log task's result.

@@ -21,23 +21,19 @@ from typing import Any
 from fleetgate.errors import BadInput
 from fleetgate.runner.redact import MIN_SECRET_LEN
 
-MARK = "__ansible_vault"
 HEADER = "$ANSIBLE_VAULT;"
 
 
 def ciphertexts(tree: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """(where, ciphertext) for every vaulted value in a variables tree: as ansible-inventory
-    prints it ({"__ansible_vault": ...}) or as the inventory layer hands it on, unwrapped
-    (runner/inventory.py plain_ansible_json), a string that is the vault envelope. `where`
-    is the dotted path of keys (host.variable...)."""
+    """(where, ciphertext) for every vaulted value in a variables tree as the inventory layer
+    hands it on: ansible-inventory's {"__ansible_vault": ...} unwrapped to the envelope string
+    (runner/inventory.py plain_ansible_json). `where` is the dotted path of keys
+    (host.variable...)."""
     if isinstance(tree, str):
         if tree.startswith(HEADER):
             yield path, tree
         return
     if isinstance(tree, dict):
-        if set(tree) == {MARK} and isinstance(tree[MARK], str):
-            yield path, tree[MARK]
-            return
         for k, v in tree.items():
             yield from ciphertexts(v, f"{path}.{k}" if path else str(k))
     elif isinstance(tree, list):
@@ -64,25 +60,33 @@ def _secrets() -> list[Any]:
     return secrets
 
 
+def _vault_lib() -> Any | None:
+    """Ansible's VaultLib over this process's vault secrets; None when none is configured.
+    Raises AnsibleError or OSError when a configured password cannot be loaded."""
+    from ansible.parsing.vault import VaultLib
+
+    secrets = _secrets()
+    return VaultLib(secrets) if secrets else None
+
+
 def decrypt(vaulttext: str, *, source: str, field: str) -> str:
     """A plan's vaulted secret, decrypted now; one line of bad input when it cannot be."""
     from ansible.errors import AnsibleError
-    from ansible.parsing.vault import VaultLib
 
     if not vaulttext.startswith(HEADER):
         raise BadInput(f"not an ansible-vault value (it must start with {HEADER})",
                        source=source, field=field)
     try:
-        secrets = _secrets()
+        lib = _vault_lib()
     except (AnsibleError, OSError) as exc:
         raise BadInput(f"cannot load the vault password: {' '.join(str(exc).split())}",
                        source=source, field=field) from None
-    if not secrets:
+    if lib is None:
         raise BadInput("an ansible-vault value, and no vault password is configured (set "
                        "ANSIBLE_VAULT_PASSWORD_FILE or ANSIBLE_VAULT_IDENTITY_LIST)",
                        source=source, field=field)
     try:
-        plain = VaultLib(secrets).decrypt(vaulttext.encode())
+        plain = lib.decrypt(vaulttext.encode())
     except AnsibleError as exc:
         raise BadInput(f"cannot decrypt the ansible-vault value: {' '.join(str(exc).split())}",
                        source=source, field=field) from None
@@ -93,26 +97,25 @@ def decrypt(vaulttext: str, *, source: str, field: str) -> str:
                        field=field) from None
 
 
-def inventory_plaintexts(hostvars: dict[str, Any], *, source: str) -> list[str]:
-    """The plaintexts of an inventory's vaulted values that this controller can decrypt.
-    One it cannot decrypt, Ansible cannot either (same secrets), so it never reaches output
-    in the clear; that run fails on Ansible's own error if a task uses it. One too short to
-    mask is bad input naming the host and variable, as for a plan's secret_vars."""
+def inventory_plaintexts(vaulted: list[tuple[str, str]], *, source: str) -> list[str]:
+    """The plaintexts of an inventory's vaulted values, (where, ciphertext) as
+    Inventory.vaulted found them, that this controller can decrypt. One it cannot decrypt,
+    Ansible cannot either (same secrets), so it never reaches output in the clear; that run
+    fails on Ansible's own error if a task uses it. One too short to mask is bad input naming
+    the host and variable, as for a plan's secret_vars."""
     found: dict[str, str] = {}
-    for where, c in ciphertexts(hostvars):
+    for where, c in vaulted:
         found.setdefault(c, where)
     if not found:
         return []
     from ansible.errors import AnsibleError
-    from ansible.parsing.vault import VaultLib
 
     try:
-        secrets = _secrets()
+        lib = _vault_lib()
     except (AnsibleError, OSError):
         return []
-    if not secrets:
+    if lib is None:
         return []
-    lib = VaultLib(secrets)
     out: list[str] = []
     for c, where in found.items():
         try:
