@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return len(SLOW_FIRST) + (0 if rel.startswith("integration/") else 1)
 
     items.sort(key=rank)
+
+
+# Where the suite's wall time went, file by file and lane by lane, printed at the end of every
+# run (the main process sees every worker's reports): the record that 13's "≤ 30 minutes" is
+# kept by, and the first thing to read when a lane grows.
+FILE_SECONDS: dict[str, float] = {}
+LANE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+    node = getattr(report, "node", None)  # the xdist worker that ran it, in the main process
+    lane = node.gateway.id if node is not None else "main"
+    LANE_SECONDS[lane] = LANE_SECONDS.get(lane, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
+        return
+    unit = sum(v for k, v in FILE_SECONDS.items() if k.startswith("tests/unit/"))
+    lab = sorted(((v, k) for k, v in FILE_SECONDS.items() if not k.startswith("tests/unit/")),
+                 reverse=True)
+    terminalreporter.write_line("seconds per lane: " + ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(LANE_SECONDS.items())))
+    terminalreporter.write_line("seconds per file: " + ", ".join(
+        f"{k.removeprefix('tests/')} {v:.0f}" for v, k in lab) + f", unit files {unit:.0f}")
