@@ -39,9 +39,10 @@ class GoldenImages:
         self.env = {"FLEETGATE_IMAGES_DIR": str(root)}
         self.manifests: dict[str, dict[str, Any]] = {}
 
-    def build(self, class_name: str, *args: str) -> str:
-        """`CLASS:VERSION` of the class's image, built now if this session has not yet."""
-        nc = load_class(REPO / "inventory" / "classes" / f"{class_name}.yml")
+    def build(self, class_name: str, *args: str, classes: Path | None = None) -> str:
+        """`CLASS:VERSION` of the class's image, built now if this session has not yet.
+        `classes`: another class directory (a new version of the class, e.g. an example's)."""
+        nc = load_class((classes or REPO / "inventory" / "classes") / f"{class_name}.yml")
         name = f"{nc.name}-{nc.version}"
         if name not in self.manifests:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -52,8 +53,11 @@ class GoldenImages:
                 if not (self.root / name / "manifest.json").exists():
                     t = time.monotonic()
                     path = f"{FLEETGATE.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+                    env = {**self.env, "PATH": path}
+                    if classes is not None:
+                        env["FLEETGATE_CLASSES_DIR"] = str(classes)
                     proc = fleetgate("image", "build", nc.name, *args,
-                                     timeout=BUILD_TIMEOUT_S, env={**self.env, "PATH": path})
+                                     timeout=BUILD_TIMEOUT_S, env=env)
                     TIMINGS[f"image build {name}"] = time.monotonic() - t
                     if proc.returncode != 0:
                         failed.write_text(proc.stdout[-4000:] + proc.stderr)

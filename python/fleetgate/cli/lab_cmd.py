@@ -10,12 +10,12 @@ import typer
 
 from fleetgate.cli import output as ui
 from fleetgate.errors import BadInput
-from fleetgate.image.lab_images import LabImages, resolve_lab_images
+from fleetgate.image.lab_images import LabImages, reimage_source, resolve_lab_images
 from fleetgate.isotime import iso
 from fleetgate.lab import fleet
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.paths import LabPaths, default_lab_dir
-from fleetgate.lab.state import FaultKind
+from fleetgate.lab.state import FaultKind, state_lock
 from fleetgate.system.podman import Podman
 
 app = typer.Typer(help="The local lab fleet.", no_args_is_help=True)
@@ -70,8 +70,10 @@ def up(
     state = fleet.up(paths, containers=containers, vms=vms,
                      container_class=imgs.container_class or container_class,
                      vm_class=imgs.vm_class or vm_class,
-                     container_image=imgs.container_image, vm_rootfs=imgs.vm_rootfs,
-                     vm_image=imgs.vm_image, with_slurm=with_slurm, note=_progress)
+                     container_image=imgs.container_image,
+                     container_image_id=imgs.container_image_id, vm_rootfs=imgs.vm_rootfs,
+                     vm_image=imgs.vm_image, vm_image_id=imgs.vm_image_id,
+                     with_slurm=with_slurm, note=_progress)
     ui.console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
                      + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
 
@@ -156,3 +158,30 @@ def heal(ctx: typer.Context, host: Annotated[str, typer.Argument()]) -> None:
     """Undo every fault on a host and wait until it answers SSH again."""
     healed = fleet.heal_host(ctx.obj, host)
     ui.console.print(f"{host}: healed {', '.join(healed) or 'nothing'}")
+
+
+@app.command()
+@ui.documented([
+    "fleetgate lab reimage lab-c02 --image lab-cpu:2",
+    "fleetgate lab --lab-dir /tmp/lab reimage lab-c01 --image lab-cpu:1",
+], "0 re-imaged or already on the image, 2 bad input (unknown or damaged image), 3 lab error")
+def reimage(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Argument()],
+    image: Annotated[str, typer.Option("--image", metavar="CLASS:VERSION",
+                                       help="The built golden image to put on the host.")],
+    images_dir: Annotated[Path | None, typer.Option(
+        "--images-dir", help="Image store (default: $FLEETGATE_IMAGES_DIR or .fleetgate/images).")]
+    = None,
+) -> None:
+    """Re-image one lab host from a golden image, the lab's provider for playbooks/reimage.yml:
+    a container host gets a new container, a VM host a new disk, booted. The host keeps its
+    name, SSH port and host key; a host already on the image is left alone."""
+    paths: LabPaths = ctx.obj
+    kind = fleet.require_state(paths).host(host).kind
+    # One import of the image however many hosts of a batch ask for it at once.
+    with state_lock(paths.state):
+        ref, image_id, rootfs = reimage_source(image, Podman(paths.containers_conf),
+                                               images_root=images_dir, kind=kind)
+    changed = fleet.reimage(paths, host, image=ref, image_id=image_id, vm_rootfs=rootfs)
+    ui.console.print(f"{host}: {'re-imaged to' if changed else 'already on'} {image_id}")

@@ -33,13 +33,14 @@ from fleetgate.rollout import notify, progress, report_data, signing
 from fleetgate.rollout.engine import Controller, require_secrets
 from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal
 from fleetgate.rollout.lease import LeaseHeld, holder
-from fleetgate.rollout.plan import drain_warnings
+from fleetgate.rollout.plan import change_label, drain_warnings
 from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
     history_line,
     summary,
 )
+from fleetgate.runner.private_state import private_state_dir
 from fleetgate.site import current_site
 
 app = typer.Typer(help="Staged rollouts: canary pools and waves, gates, budgets, halt.",
@@ -94,6 +95,8 @@ def _target_text(t: dict[str, Any]) -> str:
     parts += [f"{k}={v}" for k, v in sorted(t.get("packages", {}).items())]
     parts += [f"manifest {k}={v}" for k, v in sorted(t.get("manifest", {}).items())]
     parts += [f"{k}={v}" for k, v in sorted(t.get("files", {}).items())]
+    if t.get("manifest_sha256"):
+        parts.append(f"whole manifest sha256 {t['manifest_sha256']} (the image's own)")
     text = ", ".join(parts) or "(none: the playbook's own result only)"
     return text + (" (from the class)" if t.get("from_class") else "")
 
@@ -136,7 +139,8 @@ def plan(
                       ] = None,
 ) -> None:
     """Dry run: resolve hosts and waves, print budgets, window and gates, write the artifact
-    that `rollout start` takes. Touches no host.
+    that `rollout start` takes. Changes no host; an image change that rolls back asks each
+    host which image it runs, and names every host it could not re-image back.
 
     The artifact carries a MAC keyed by this state dir (keys/artifact.key, made on first
     use): `start` refuses it if edited, or on another state dir unless signed (`rollout
@@ -145,6 +149,12 @@ def plan(
     doc = artifacts.build(plan_file, inventory)
     path = artifacts.write(doc, out)
     warnings = drain_warnings(doc["plan"].get("drain"))
+    if doc["plan"]["change"].get("image") and doc["plan"]["on_failure"] == "rollback":
+        from fleetgate.rollout import image_change
+
+        warnings += image_change.rollback_gaps(
+            Path(doc["inventory"]), sorted(doc["hosts"]),
+            runs_base=private_state_dir() / "rollouts" / "plan-probes")
     if form is ui.Output.json:
         ui.print_json({**doc, "artifact": str(path), "warnings": warnings})
         return
@@ -162,9 +172,11 @@ def plan(
     for w in warnings:
         ui.console.print(f"[yellow]warning:[/yellow] {ui.esc(w)}")
     change = p["change"]
-    ui.console.print(f"change: {ui.esc(change['playbook'])} {ui.esc(change['extra_vars'])}")
+    ui.console.print(f"change: {ui.esc(change_label(change))} {ui.esc(change['extra_vars'])}")
     ui.console.print(f"  target: {ui.esc(_target_text(p['change']['target']))}")
-    rollback = f" (rollback: {ui.esc(p['rollback']['playbook'])})" if p["rollback"] else ""
+    rollback = (f" (rollback: {ui.esc(p['rollback']['playbook'])})" if p["rollback"] else
+                " (rollback: each host re-imaged to the image it ran before)"
+                if change.get("image") else "")
     ui.console.print(f"on failure: {p['on_failure']}{rollback}")
     if p["rollback"]:
         ui.console.print(f"  rollback target: {ui.esc(_target_text(p['rollback']['target']))}")

@@ -37,7 +37,6 @@ from fleetgate.image.podman_api import podman_api
 from fleetgate.image.progress import Reporter
 from fleetgate.image.provenance import (
     git_state,
-    parse_sha256sums,
     sha256_file,
     sha256sums,
     template_files,
@@ -339,11 +338,3 @@ def _finish(staging: Path, nc: NodeClass, opts: BuildOptions, base: BaseImage,
     return full
 
 
-def verify_sums(image: store.StoredImage, names: list[str] | None = None) -> None:
-    """Refuse an image whose files no longer match its sha256sums."""
-    sums = parse_sha256sums((image.path / store.SUMS).read_text())
-    for n in names or sorted(sums):
-        if n not in sums:
-            raise BadInput(f"{n} is not listed in sha256sums", source=str(image.path))
-        if sha256_file(image.path / n) != sums[n]:
-            raise BadInput(f"{n} does not match its sha256sums entry", source=str(image.path))

@@ -10,13 +10,13 @@ keys sysprep removed works as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fleetgate.errors import BadInput
 from fleetgate.image import store
-from fleetgate.image.build import verify_sums
 from fleetgate.image.naming import parse_ref
+from fleetgate.image.store import verify_sums
 from fleetgate.spec.loader import resolve_class
 from fleetgate.system.podman import LABEL, Podman
 from fleetgate.system.procs import SLOW_STEP_TIMEOUT_S
@@ -30,9 +30,17 @@ IMAGE_LABEL = "io.fleetgate.image"
 class LabImages:
     container_image: str | None = None  # podman image ref for container hosts
     container_class: str | None = None
+    container_image_id: str | None = None  # `<name>:<artifact sha256>`, what the hosts report
     vm_rootfs: Path | None = None  # rootfs tar the VM disks are made from
     vm_class: str | None = None
     vm_image: str | None = None  # `<class>-<version>@<sha12>`, recorded per host
+    vm_image_id: str | None = None
+
+
+def image_id(img: store.StoredImage) -> str:
+    """What a host made from `img` reports at /etc/fleetgate/image-id: its name and its
+    artifact's digest (rollout/image_change.py compares it with a plan's pin)."""
+    return f"{img.name}:{img.manifest['image']['artifact_sha256']}"
 
 
 def podman_ref(img: store.StoredImage) -> str:
@@ -69,8 +77,8 @@ def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | N
                 raise BadInput(f"{img.name} is for container hosts but --containers is 0",
                                source="--image", field=text)
             verify_sums(img, [img.artifact.name])
-            out = LabImages(import_image(podman, img), img.node_class, out.vm_rootfs,
-                            out.vm_class, out.vm_image)
+            out = replace(out, container_image=import_image(podman, img),
+                          container_class=img.node_class, container_image_id=image_id(img))
         else:
             if out.vm_rootfs is not None:
                 raise BadInput("only one image for VM hosts", source="--image", field=text)
@@ -79,8 +87,8 @@ def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | N
                                field=text)
             verify_sums(img, [img.artifact.name])
             digest = str(img.manifest["image"]["artifact_sha256"])[:12]
-            out = LabImages(out.container_image, out.container_class, img.artifact,
-                            img.node_class, f"{img.name}@{digest}")
+            out = replace(out, vm_rootfs=img.artifact, vm_class=img.node_class,
+                          vm_image=f"{img.name}@{digest}", vm_image_id=image_id(img))
     return out
 
 
@@ -89,3 +97,18 @@ def _class_kind(node_class: str) -> str:
     """Images built before lab_kind was recorded: the class file says."""
     _, nc = resolve_class(node_class)
     return nc.lab.kind
+
+
+def reimage_source(ref_text: str, podman: Podman, *, images_root: Path | None, kind: str
+                   ) -> tuple[str, str, Path | None]:
+    """(podman ref or VM image key, image id, VM rootfs tar) of a built image, for re-imaging
+    a lab host of `kind`; its artifact must still match its sha256sums."""
+    img = store.find_image(store.images_dir(images_root), parse_ref(ref_text, source="--image"))
+    if img.source != "docker":
+        raise BadInput(f"image {img.name} is a {img.source} image; a lab host is re-imaged from "
+                       "a rootfs (docker source) image", source="--image", field=ref_text)
+    verify_sums(img, [img.artifact.name])
+    if kind == "vm":
+        digest = str(img.manifest["image"]["artifact_sha256"])[:12]
+        return f"{img.name}@{digest}", image_id(img), img.artifact
+    return import_image(podman, img), image_id(img), None

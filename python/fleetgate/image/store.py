@@ -18,6 +18,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.image.naming import ImageRef, image_name, parse_dir_name
+from fleetgate.image.provenance import parse_sha256sums, sha256_file
 from fleetgate.site import current_site
 
 MANIFEST = "manifest.json"
@@ -77,6 +78,17 @@ def find_image(root: Path, ref: ImageRef) -> StoredImage:
         raise BadInput(f"no such image in {root} (images: {have})", source="IMAGE",
                        field=str(ref))
     return matches[-1]
+
+
+def verify_sums(image: StoredImage, names: list[str] | None = None) -> None:
+    """Refuse an image whose files no longer match its sha256sums."""
+    sums = parse_sha256sums((image.path / SUMS).read_text())
+    for n in names or sorted(sums):
+        if n not in sums:
+            raise BadInput(f"{n} is not listed in sha256sums", source=str(image.path))
+        if sha256_file(image.path / n) != sums[n]:
+            raise BadInput(f"{n} does not match its sha256sums entry", source=str(image.path))
+
 
 
 def check_writable(root: Path) -> None:

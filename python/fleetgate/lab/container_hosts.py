@@ -22,10 +22,22 @@ def container_name(paths: LabPaths, host: str) -> str:
     return f"fg{paths.lab_id}-{host}"
 
 
-def start_container(podman: Podman, paths: LabPaths, host: LabHost) -> None:
+IMAGE_ID_FILE = "/etc/fleetgate/image-id"
+
+
+def start_container(podman: Podman, paths: LabPaths, host: LabHost) -> str:
+    """Start the host's container; returns podman's id of it."""
     key = host_key(paths, host.name)
     pub = paths.ssh_key.with_suffix(".pub")
-    podman(
+    image_id: list[str] = []
+    if host.image_id is not None:
+        # Outside the container, so that a re-imaged host still says what it runs, and
+        # read-only: the host cannot claim another image.
+        record = paths.host_dir(host.name) / "image-id"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(host.image_id + "\n")
+        image_id = ["--volume", f"{record}:{IMAGE_ID_FILE}:ro"]
+    out = podman(
         "run", "--detach", "--init",
         "--name", host.runtime_name,
         "--hostname", host.name,
@@ -34,9 +46,11 @@ def start_container(podman: Podman, paths: LabPaths, host: LabHost) -> None:
         "--volume", f"{key}:/etc/ssh/ssh_host_ed25519_key:ro",
         "--volume", f"{key}.pub:/etc/ssh/ssh_host_ed25519_key.pub:ro",
         "--volume", f"{pub}:/root/.ssh/authorized_keys:ro",
+        *image_id,
         host.image,
         "/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e",
     )
+    return out.stdout.strip()
 
 
 def remove_containers(podman: Podman, paths: LabPaths) -> list[str]:

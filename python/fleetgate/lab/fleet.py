@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -23,7 +24,14 @@ from fleetgate.lab.keys import (
 )
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.ports import free_port, is_listening
-from fleetgate.lab.state import FaultKind, LabHost, LabState, load_state, save_state
+from fleetgate.lab.state import (
+    FaultKind,
+    LabHost,
+    LabState,
+    load_state,
+    save_state,
+    state_lock,
+)
 from fleetgate.spec.loader import resolve_class
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import Podman
@@ -101,8 +109,10 @@ def up(
     container_class: str = "lab-cpu",
     vm_class: str = "lab-vm",
     container_image: str | None = None,
+    container_image_id: str | None = None,
     vm_rootfs: Path | None = None,
     vm_image: str | None = None,
+    vm_image_id: str | None = None,
     with_slurm: bool = False,
     note: Callable[[str], None] = lambda _msg: None,
 ) -> LabState:
@@ -131,13 +141,18 @@ def up(
     # is what says why.
     with log_to(paths.root.parent / f"{paths.root.name}.up.log") as log:
         note(f"log (podman, mmdebstrap, qemu tools): {log}")
-        return _up(paths, containers, vms, cnc, vnc, container_image, vm_rootfs, vm_image,
-                   with_slurm, note)
+        return _up(paths, containers, vms, cnc, vnc, (container_image, container_image_id),
+                   (vm_rootfs, vm_image, vm_image_id), with_slurm, note)
 
 
 def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeClass,
-        container_image: str | None, vm_rootfs: Path | None, vm_image: str | None,
+        container: tuple[str | None, str | None],
+        vm: tuple[Path | None, str | None, str | None],
         with_slurm: bool, note: Callable[[str], None]) -> LabState:
+    """`container`: (podman ref, image id) of a golden image for the container hosts;
+    `vm`: (rootfs tar, image key, image id) of one for the VM hosts."""
+    container_image, container_image_id = container
+    vm_rootfs, vm_image, vm_image_id = vm
     ensure_client_key(paths)
     podman = Podman(paths.containers_conf)
     state = LabState(lab_id=paths.lab_id, control_dir=new_control_dir())
@@ -148,11 +163,16 @@ def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeCla
             image = (import_base(podman, slurm_recipe(cnc)) if with_slurm
                      else container_image or container_hosts.ensure_base_image(podman, cnc))
             note(f"container image {image} ready ({time.monotonic() - t0:.0f}s)")
-            state.hosts += _plan_hosts(
-                paths, containers, "container", cnc, image, "lab-c", ports, 0)
+            planned = _plan_hosts(paths, containers, "container", cnc, image, "lab-c", ports, 0)
+            for h in planned:
+                h.image_id = container_image_id
+            state.hosts += planned
         if vms:
             key = vm_image or vm_recipe(vnc).key()
-            state.hosts += _plan_hosts(paths, vms, "vm", vnc, key, "lab-v", ports, containers)
+            planned = _plan_hosts(paths, vms, "vm", vnc, key, "lab-v", ports, containers)
+            for h in planned:
+                h.image_id = vm_image_id
+            state.hosts += planned
         write_known_hosts(paths, {h.port: host_key(paths, h.name) for h in state.hosts})
         save_state(paths.state, state)
         for h in state.hosts:
@@ -265,3 +285,50 @@ def heal_host(paths: LabPaths, host_name: str, *, wait: bool = True) -> list[str
         wait_for_ssh(paths, host, CONTAINER_SSH_TIMEOUT if host.kind == "container"
                      else VM_SSH_TIMEOUT)
     return healed
+
+
+def reimage(paths: LabPaths, host_name: str, *, image: str, image_id: str,
+            vm_rootfs: Path | None = None) -> bool:
+    """The lab's re-imaging provider. A container host gets a new container from `image` (a
+    podman ref of a golden image); a VM host a new disk from `vm_rootfs` (the image's rootfs
+    tar), booted. Either keeps its name, SSH port, host key and authorized key, so the
+    inventory and known_hosts stay valid. Idempotent by image id: a running host that already
+    reports `image_id` is left alone (False). Each host it makes is recorded in
+    hosts/NAME/reimages.jsonl, outside the host: what counts re-images after a crash."""
+    podman = Podman(paths.containers_conf)
+    with state_lock(paths.state):
+        state = require_state(paths)
+        host = state.host(host_name)
+        if host.kind == "vm" and vm_rootfs is None:
+            raise BadInput("a VM host is re-imaged from a VM image's rootfs", source="--image",
+                           field=host_name)
+        if host.kind == "container":
+            running = podman("inspect", "--format", "{{.State.Running}}", host.runtime_name,
+                             check=False).stdout.strip() == "true"
+        else:
+            running = pid_alive(host.supervisor_pid)
+        if running and host.image_id == image_id:
+            return False
+        host.image, host.image_id, host.faults = image, image_id, []
+        save_state(paths.state, state)
+    # Outside the lock: the other hosts of the batch are re-imaged meanwhile.
+    if host.kind == "container":
+        podman("rm", "--force", "--time", "0", host.runtime_name, check=False)
+        made = container_hosts.start_container(podman, paths, host)
+    else:
+        vm_hosts.stop_vm(paths, host)
+        (paths.host_dir(host.name) / "disk.raw").unlink(missing_ok=True)
+        _, nc = resolve_class(host.node_class)
+        made = str(vm_hosts.make_disk(paths, host, nc, vm_rootfs))
+        pid = vm_hosts.start_vm(paths, host)
+        with state_lock(paths.state):
+            state = require_state(paths)
+            state.host(host_name).supervisor_pid = pid
+            save_state(paths.state, state)
+        host.supervisor_pid = pid
+    with (paths.host_dir(host.name) / "reimages.jsonl").open("a") as log:
+        log.write(json.dumps({"event": "reimage", "image_id": image_id, "made": made,
+                              "ts": time.time()}) + "\n")
+    wait_for_ssh(paths, host, CONTAINER_SSH_TIMEOUT if host.kind == "container"
+                 else VM_SSH_TIMEOUT)
+    return True

@@ -53,6 +53,8 @@ def inventory_dict(paths: LabPaths, state: LabState) -> dict[str, Any]:
                 "ansible_ssh_common_args": common_args,
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "fleetgate_lab_id": state.lab_id,
+                # Where the lab's provider (`fleetgate lab reimage`) finds its state.
+                "fleetgate_lab_dir": str(paths.root),
             },
             "hosts": hosts,
             "children": dict(sorted(children.items())),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -29,6 +32,9 @@ class LabHost(BaseModel):
     zone: str
     pool: str
     image: str  # podman image ref, or the VM's base-rootfs cache key
+    # The golden image a host was started or re-imaged from, `<name>:<artifact sha256>`; the
+    # host reads it at /etc/fleetgate/image-id, as a cloud host reads its AMI from metadata.
+    image_id: str | None = None
     runtime_name: str  # podman container name, or the VM's directory name
     supervisor_pid: int | None = None  # VM hosts only
     faults: list[FaultKind] = Field(default_factory=list)
@@ -73,3 +79,14 @@ def save_state(path: Path, state: LabState) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state.model_dump(), indent=2))
     os.replace(tmp, path)
+
+
+@contextmanager
+def state_lock(path: Path) -> Iterator[None]:
+    """Held across a read-modify-write of the lab state by processes that may run at once
+    (playbooks/reimage.yml re-images a batch's hosts in parallel, each through its own
+    `fleetgate lab reimage`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

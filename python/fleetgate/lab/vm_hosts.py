@@ -36,9 +36,13 @@ LAB_INITRAMFS_CONF = "etc/initramfs-tools/conf.d/fleetgate-lab.conf"
 LAB_INITRAMFS_TEXT = ("# fleetgate lab VM (emulated, virtio only)\nMODULES=dep\n"
                       "COMPRESS=gzip\nCOMPRESSLEVEL=1\n")
 
+IMAGE_ID_FILE = "etc/fleetgate/image-id"
+
+
 def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
     """Build this VM's disk: cached rootfs (or a golden image's rootfs tar) + its own hostname,
-    host key, authorized key and the lab's initramfs setting."""
+    host key, authorized key and the lab's initramfs setting, and the image id of a golden
+    image's host (what a cloud's metadata would say it was made from)."""
     hdir = paths.host_dir(host.name)
     disk = hdir / "disk.raw"
     if disk.exists():
@@ -60,6 +64,9 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None
         initramfs_conf = staging / LAB_INITRAMFS_CONF
         initramfs_conf.parent.mkdir(parents=True, exist_ok=True)
         initramfs_conf.write_text(LAB_INITRAMFS_TEXT)
+        if host.image_id is not None:
+            (staging / IMAGE_ID_FILE).parent.mkdir(parents=True, exist_ok=True)
+            (staging / IMAGE_ID_FILE).write_text(host.image_id + "\n")
         tmp = disk.with_suffix(".partial")
         run([require_tool("mkfs.ext4", "e2fsprogs"), "-q", "-F", "-L", "fleetgate-root",
              "-d", str(staging), str(tmp), DISK_SIZE], timeout=300)

@@ -9,6 +9,7 @@ to wait for, or a host whose real state `resume` reads back before deciding anyt
 from __future__ import annotations
 
 import datetime as dt
+import json
 import signal
 import time
 import uuid
@@ -23,6 +24,7 @@ from fleetgate.rollout import (
     budgets,
     canary_gate,
     gates,
+    image_change,
     measure,
     reconcile,
     signing,
@@ -30,7 +32,7 @@ from fleetgate.rollout import (
 )
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
-from fleetgate.rollout.plan import RolloutPlan, classes_path, drain_of, playbook_path
+from fleetgate.rollout.plan import RolloutPlan, Target, classes_path, drain_of, playbook_path
 from fleetgate.rollout.waves import Assignment, Host
 from fleetgate.runner import secret_vars
 from fleetgate.runner.ansible import SECRET_VARS_FILE
@@ -298,7 +300,7 @@ class Controller:
         assert self.drain is not None
         playbook = self.drain.drain_playbook if kind == "drain" else self.drain.undrain_playbook
         return self._stage(kind, hosts, k, playbook, {
-            "fleetgate_rollout_id": self.rid, "fleetgate_change": self.plan.change.playbook,
+            "fleetgate_rollout_id": self.rid, "fleetgate_change": self.plan.change.run_playbook,
             "fleetgate_drain_timeout": self.drain.timeout_s,
         }, self.drain.timeout_s + DRAIN_OVERHEAD_S)
 
@@ -316,7 +318,10 @@ class Controller:
 
     def _apply_stage(self, hosts: list[str], k: int) -> list[str]:
         c = self.plan.change
-        res = self._stage("apply", hosts, k, c.playbook, dict(c.extra_vars),
+        extra = dict(c.extra_vars)
+        if c.image_pin is not None:
+            extra.update(image_change.reimage_vars(c.image_pin.model_dump()))
+        res = self._stage("apply", hosts, k, c.run_playbook, extra,
                           c.timeout_s, c.classes, c.secret_vars)
         ok, failed = self._split(res, hosts, "apply")
         if failed:
@@ -369,19 +374,51 @@ class Controller:
         """Roll back, then prove it: the rollback target, then the same gates. `res` is a
         rollback batch's result already in hand (re-joined after a crash)."""
         rb = self.plan.rollback
-        assert rb is not None
+        if rb is None:
+            self._reimage_back(hosts, k, reasons, res)
+            return
         for h in hosts:
             if self.rows()[h].state != "rolling_back":
                 self.j.set_host(self.rid, h, "rolling_back", reasons[h])
         if res is None:
-            res = self._stage("rollback", hosts, k, rb.playbook,
+            res = self._stage("rollback", hosts, k, rb.run_playbook,
                               dict(rb.extra_vars), rb.timeout_s, rb.classes, rb.secret_vars)
+        self._rolled_back(hosts, k, reasons, res, rb.target)
+
+    def _reimage_back(self, hosts: list[str], k: int, reasons: dict[str, str],
+                      res: dict[str, dict[str, Any]] | None) -> None:
+        """An image change's rollback: each host re-imaged to the image it said it ran before
+        the change (its `before` reading), one batch per previous image."""
+        before = {e["host"]: e["data"].get("state") or {} for e in self.j.events(
+            self.rid, kinds=("hoststate",), hosts=hosts) if e["data"].get("label") == "before"}
+        groups: dict[str, list[str]] = {}
+        for h in hosts:
+            was = (before.get(h, {}).get("files") or {}).get(image_change.IMAGE_ID_FILE)
+            prev = image_change.previous_pin(was)
+            if prev is None:
+                self.j.set_host(self.rid, h, "failed_held", f"{reasons[h]}; no previous image "
+                                f"to re-image back to (the host said {was!r})")
+                continue
+            groups.setdefault(json.dumps(prev, sort_keys=True), []).append(h)
+            if self.rows()[h].state != "rolling_back":
+                self.j.set_host(self.rid, h, "rolling_back", reasons[h])
+        c = self.plan.change
+        for key, group in groups.items():
+            prev = json.loads(key)
+            got = res if res is not None else self._stage(
+                "rollback", group, k, c.run_playbook, image_change.reimage_vars(prev),
+                c.timeout_s)
+            self._rolled_back(group, k, reasons, got, Target(**image_change.target_of(prev)))
+
+    def _rolled_back(self, hosts: list[str], k: int, reasons: dict[str, str],
+                     res: dict[str, dict[str, Any]] | None, target: Target) -> None:
+        """A rollback batch's result, then the proof: the rollback target, the same gates."""
         ok, failed = self._split(res, hosts, "rollback")
         for h, why in failed.items():
             self.j.set_host(self.rid, h, "failed_held", f"{reasons[h]}; rollback failed: {why}")
         if not ok:
             return
-        good, bad, unsure = gates.verify(self, ok, k, rb.target, label="rollback-verify")
+        good, bad, unsure = gates.verify(self, ok, k, target, label="rollback-verify")
         for h in good:
             self.j.set_host(self.rid, h, "rolled_back",
                             f"{reasons[h]}; rolled back and verified on the old version")

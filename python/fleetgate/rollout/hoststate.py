@@ -61,6 +61,13 @@ def mismatches(target: Target, state: dict[str, Any]) -> list[str]:
         if have_m != want_m:
             out.append(f"manifest {key} {have_m if manifest is not None else '(no manifest)'}"
                        f" != {want_m}")
+    if target.manifest_sha256 is not None:
+        from fleetgate.rollout.image_change import manifest_digest
+
+        have_d = manifest_digest(manifest) if isinstance(manifest, dict) else None
+        if have_d != target.manifest_sha256:
+            out.append("manifest is not its image's: " + (
+                f"sha256 {have_d} != {target.manifest_sha256}" if have_d else "(no manifest)"))
     for path, want_f in target.files.items():
         have_f = (state.get("files") or {}).get(path)
         if have_f != want_f:

@@ -59,6 +59,12 @@ BUDGET_RE = r"^([0-9]{1,3}(\.[0-9]+)?%|[0-9]{1,6})$"
 STEP_RE = r"^[0-9]{1,3}(\.[0-9]+)?%$"
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:+~=@/ -]{0,200}$")
 
+SHA256_RE = r"^[0-9a-f]{64}$"
+_CLASS = CLASS_NAME_RE.strip("^$")
+IMAGE_REF_RE = rf"^{_CLASS}:[1-9][0-9]{{0,5}}$"
+IMAGE_NAME_RE = rf"^{_CLASS}-[1-9][0-9]{{0,5}}$"
+REIMAGE_PLAYBOOK = "playbooks/reimage.yml"
+
 PlanName = Annotated[str, StringConstraints(pattern=PLAN_NAME_RE)]
 Pattern = Annotated[str, StringConstraints(pattern=PATTERN_RE)]
 Playbook = Annotated[str, StringConstraints(pattern=PLAYBOOK_RE)]
@@ -163,14 +169,32 @@ class Target(_Strict):
     # and its version as the manifest's class_version. Resolved when the plan is loaded, so
     # the artifact an operator reviews shows the values.
     from_class: bool = False
+    # sha256 of the canonical JSON of the host's whole /etc/fleetgate/manifest.json: set for
+    # an image change, from the image's own manifest (rollout/image_change.py), so any drift
+    # from the image fails verification.
+    manifest_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)] | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.kernel_release or self.packages or self.manifest or self.files)
+        return not (self.kernel_release or self.packages or self.manifest or self.files
+                    or self.manifest_sha256)
+
+
+class ImagePin(_Strict):
+    """The image an image change re-images to, as planning found it in the image store."""
+
+    name: Annotated[str, StringConstraints(pattern=IMAGE_NAME_RE)]
+    artifact_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)]
+    manifest_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)]
 
 
 class Change(_Strict):
-    playbook: Playbook
+    # What the change is: a playbook, or a golden image (CLASS:VERSION from the image store)
+    # that playbooks/reimage.yml puts on each host. `image_pin` is planning's record of that
+    # image; a plan leaves it out.
+    playbook: Playbook | None = None
+    image: Annotated[str, StringConstraints(pattern=IMAGE_REF_RE)] | None = None
+    image_pin: ImagePin | None = None
     extra_vars: dict[str, Any] = Field(default_factory=dict)
     # Where each secret's value comes from at run time ({env: NAME} or {file: /path}); the
     # plan, its artifact and the journal only ever hold these references
@@ -184,12 +208,38 @@ class Change(_Strict):
 
     @model_validator(mode="after")
     def _vars(self) -> Change:
+        if (self.playbook is None) == (self.image is None):
+            raise ValueError("give either a playbook or an image (CLASS:VERSION), not "
+                             + ("both" if self.playbook else "neither"))
+        if self.image_pin is not None and self.image is None:
+            raise ValueError("image_pin belongs to an image change")
+        # Planning fills the target in beside the pin; a plan that writes one itself is refused.
+        written = not self.target.empty and self.image_pin is None
+        if self.image is not None and (self.classes is not None or written
+                                       or self.target.from_class):
+            raise ValueError("an image change takes its target from the image's manifest; "
+                             "drop target and classes")
         _check_vars(self.extra_vars, "extra_vars")
         for key in self.secret_vars:
             _check_var_key(key, "secret_vars")
             if key in self.extra_vars:
                 raise ValueError(f"secret_vars.{key}: also set in extra_vars; give it once")
         return self
+
+    @property
+    def run_playbook(self) -> str:
+        """The playbook a batch of this change runs."""
+        return self.playbook or REIMAGE_PLAYBOOK
+
+
+def change_label(change: dict[str, Any]) -> str:
+    """A change as an artifact holds it, named for an operator: its playbook, or its image
+    with the artifact digest planning pinned."""
+    if change.get("image"):
+        pin = change.get("image_pin") or {}
+        sha = str(pin.get("artifact_sha256", ""))[:12]
+        return f"image {change['image']}" + (f" (artifact sha256 {sha}…)" if sha else "")
+    return str(change.get("playbook", "?"))
 
 
 class Targets(_Strict):
@@ -337,6 +387,13 @@ def drain_warnings(drain: Drain | str | dict[str, Any] | None) -> list[str]:
 class Rollback(Change):
     """The way back: its target is the old version, checked like the change's."""
 
+    @model_validator(mode="after")
+    def _no_image(self) -> Rollback:
+        if self.image is not None:
+            raise ValueError("an image change rolls each host back to the image it ran "
+                             "before; a rollback section names a playbook")
+        return self
+
 
 class RolloutPlan(_Strict):
     name: PlanName
@@ -359,7 +416,10 @@ class RolloutPlan(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutPlan:
-        if self.on_failure == "rollback" and self.rollback is None:
+        if self.change.image is not None and self.rollback is not None:
+            raise ValueError("an image change rolls each host back to the image it ran before "
+                             "the change; drop the rollback section")
+        if self.on_failure == "rollback" and self.rollback is None and self.change.image is None:
             raise ValueError("on_failure is rollback but the plan has no rollback section")
         if self.canary is not None:
             unknown = sorted({m.name.split(".", 1)[0] for m in self.canary.metrics}
@@ -453,6 +513,24 @@ def _with_class_target(plan: RolloutPlan, section: Change, directory: Path | Non
     return section.model_copy(update={"target": target})
 
 
+def _with_image(plan: RolloutPlan, *, source: Path) -> Change:
+    """An image change with its image pinned and its target derived from the image's manifest.
+    Run again on an artifact, it finds the same pin, or refuses: an image rebuilt since
+    planning (--force) is not the one reviewed."""
+    from fleetgate.rollout import image_change  # the image store is needed only here
+
+    c = plan.change
+    assert c.image is not None
+    pinned = image_change.pin(c.image, plan.targets.node_class, source=source,
+                              field="change.image")
+    if c.image_pin is not None and c.image_pin.model_dump() != pinned:
+        raise BadInput(f"image {pinned['name']} is not the one planned (its artifact or "
+                       f"manifest changed since: rebuilt?); run `rollout plan` again",
+                       source=source, field="change.image_pin")
+    return c.model_copy(update={"image_pin": ImagePin(**pinned),
+                                "target": Target(**image_change.target_of(pinned))})
+
+
 def load_plan(path: Path) -> RolloutPlan:
     return check_plan(load_model(path, RolloutPlan, "rollout plan"), path)
 
@@ -462,14 +540,16 @@ def check_plan(plan: RolloutPlan, path: Path) -> RolloutPlan:
     class a target comes from), with `from_class` targets filled in. Planning runs it, and so
     does loading an artifact (rollout/artifact.py): the tree may have moved in between, and
     an artifact is a file someone could have edited."""
-    playbook_path(plan.change.playbook, source=path, field="change.playbook")
-    change_dir = (classes_path(plan.change.classes, source=path, field="change.classes")
-                  if plan.change.classes is not None else None)
-    update: dict[str, Any] = {
-        "change": _with_class_target(plan, plan.change, change_dir, source=path,
-                                     field="change")}
+    playbook_path(plan.change.run_playbook, source=path, field="change.playbook")
+    if plan.change.image is not None:
+        update: dict[str, Any] = {"change": _with_image(plan, source=path)}
+    else:
+        change_dir = (classes_path(plan.change.classes, source=path, field="change.classes")
+                      if plan.change.classes is not None else None)
+        update = {"change": _with_class_target(plan, plan.change, change_dir, source=path,
+                                               field="change")}
     if plan.rollback is not None:
-        playbook_path(plan.rollback.playbook, source=path, field="rollback.playbook")
+        playbook_path(plan.rollback.run_playbook, source=path, field="rollback.playbook")
         rollback_dir = (classes_path(plan.rollback.classes, source=path,
                                      field="rollback.classes")
                         if plan.rollback.classes is not None else None)

@@ -20,6 +20,7 @@ from fleetgate.errors import BadInput
 from fleetgate.rollout import canary_gate
 from fleetgate.rollout.canary import CanarySection, GateVerdict, explain
 from fleetgate.rollout.journal import Journal, RolloutRow
+from fleetgate.rollout.plan import change_label
 from fleetgate.runner import redact
 from fleetgate.smoke.model import CheckResult
 
@@ -406,7 +407,7 @@ def change_statement(row: RolloutRow, events: list[dict[str, Any]]) -> str:
     if parts:
         return "; ".join(parts[:3])
     change = plan.get("change") or {}
-    return f"{change.get('playbook', '?')} " + " ".join(
+    return f"{change_label(change)} " + " ".join(
         f"{k}={v}" for k, v in sorted((change.get("extra_vars") or {}).items()))
 
 

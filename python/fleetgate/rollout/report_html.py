@@ -18,6 +18,7 @@ from fleetgate.judge.compare import sides
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout import report_plots
 from fleetgate.rollout.journal import FAILED_HOST, Journal
+from fleetgate.rollout.plan import change_label
 from fleetgate.rollout.status import history_line, summary
 
 MAX_CANARY_FIGURES = 40
@@ -128,11 +129,12 @@ def _plan(art: dict[str, Any]) -> str:
     rows: list[tuple[str, str]] = [
         ("plan", f"<code>{esc(p['name'])}</code>" + (f": {esc(p['description'])}"
                                                      if p.get("description") else "")),
-        ("change", f"playbook <code>{esc(c['playbook'])}</code>, timeout {esc(c['timeout_s'])}s"
+        ("change", f"<code>{esc(change_label(c))}</code>, timeout {esc(c['timeout_s'])}s"
          f"<br>extra vars: {value(c.get('extra_vars'))}<br>target: {_target(c['target'])}"),
         ("rollback", (f"playbook <code>{esc(rb['playbook'])}</code><br>extra vars: "
                       f"{value(rb.get('extra_vars'))}<br>target: {_target(rb['target'])}")
-         if rb else '<span class="muted">none</span>'),
+         if rb else '<span class="muted">each host re-imaged to the image it ran before</span>'
+         if c.get("image") else '<span class="muted">none</span>'),
         ("on failure", esc(p["on_failure"])),
         ("targets", value(p["targets"])),
         ("waves", value(p["waves"])),

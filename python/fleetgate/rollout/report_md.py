@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout.journal import Journal
+from fleetgate.rollout.plan import change_label
 from fleetgate.rollout.status import FLEET_STATES, summary
 
 
@@ -47,7 +48,7 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
     if s["reason"]:
         lines.append(f"- Reason: {code(s['reason'])}")
     lines += [
-        f"- Change: {code(plan.get('change', {}).get('playbook', '?'))}, plan hash "
+        f"- Change: {code(change_label(plan.get('change', {})))}, plan hash "
         f"{code(row.artifact.get('hash', '?'))}",
         f"- When: {rd.when(row.created_at)} to {rd.when(end)}",
         f"- Budget: {s['budget']['failed']} failed of {s['budget']['tolerated']} tolerated",
