@@ -18,7 +18,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,16 +59,23 @@ def test_version_one_runs_openblas(lab: LabHandle) -> None:
         assert m["drift"] == []
 
 
-def test_bad_blas_canary_fails_gemm_halts_rolls_back_and_spares_later_waves(
-        lab: LabHandle) -> None:
-    proc = lab.run("rollout", "start", str(PLAN), "-i", lab.inventory, "--id", "badblas-1",
-                   "--json", check=False)
+def halted_with_the_canary_rolled_back(lab: LabHandle, plan: str, rid: str,
+                                       *args: str) -> dict[str, Any]:
+    """Start the rollout; it must halt with its canary failed on GEMM, rolled back and
+    verified. Returns `rollout start --json`'s summary."""
+    proc = lab.run("rollout", "start", plan, *args, "--id", rid, "--json", check=False)
     assert proc.returncode == 10, proc.stdout[-3000:] + proc.stderr  # halted
-    s = json.loads(proc.stdout)
+    s: dict[str, Any] = json.loads(proc.stdout)
     canary = s["hosts"]["lab-c01"]
     assert canary["state"] == "rolled_back", canary
     assert "canary analysis failed (gemm.tflops)" in canary["reason"]
     assert "rolled back and verified on the old version" in canary["reason"]
+    return s
+
+
+def test_bad_blas_canary_fails_gemm_halts_rolls_back_and_spares_later_waves(
+        lab: LabHandle) -> None:
+    s = halted_with_the_canary_rolled_back(lab, str(PLAN), "badblas-1", "-i", lab.inventory)
     assert s["state"] == "halted" and "wave 1 budget exceeded" in s["reason"]
     # Functionally the bad version was fine: its discovery and stack gates passed.
     verify = lab.run("rollout", "history", "badblas-1", "--json", "--kind", "smoke")
@@ -121,19 +127,21 @@ def image_plan(lab: LabHandle, name: str, *, drop: tuple[str, ...] = (), **over:
     return str(path)
 
 
+def two_wave_plan(lab: LabHandle, name: str, hosts: list[str], image: str) -> str:
+    """An image rollout of `hosts` in two waves, functional gates only, halting on failure."""
+    return image_plan(lab, name, on_failure="halt", change={"image": image},
+                      targets={"inventory": lab.inventory, "class": "lab-cpu",
+                               "patterns": [":".join(hosts)]},
+                      waves={"steps": [2, "100%"], "diversity": []},
+                      gates={"checks": ["discovery"]}, drop=("canary",))
+
+
 def test_a_bad_image_canary_is_re_imaged_back_to_the_image_it_ran(
         lab: LabHandle, golden: GoldenImages, v2: str) -> None:
     v1_id = image_id(golden, "lab-cpu-1")
     assert lab.ssh("lab-c01", f"cat {IMAGE_ID}").strip() == v1_id
     before = {h: len(reimages(lab, h)) for h in HOSTS}
-    proc = lab.run("rollout", "start", image_plan(lab, "reimage-bad"), "--id", "reimage-bad-1",
-                   "--json", check=False)
-    assert proc.returncode == 10, proc.stdout[-3000:] + proc.stderr  # halted
-    s = json.loads(proc.stdout)
-    canary = s["hosts"]["lab-c01"]
-    assert canary["state"] == "rolled_back", canary
-    assert "canary analysis failed (gemm.tflops)" in canary["reason"]
-    assert "rolled back and verified on the old version" in canary["reason"]
+    s = halted_with_the_canary_rolled_back(lab, image_plan(lab, "reimage-bad"), "reimage-bad-1")
     # Re-imaged twice, each a new container: to version 2, then back to version 1.
     new = reimages(lab, "lab-c01")[before["lab-c01"]:]
     assert [r["image_id"] for r in new] == [image_id(golden, "lab-cpu-2"), v1_id]
@@ -153,11 +161,7 @@ def test_an_image_rollout_re_images_four_hosts_in_two_waves_once_each(
     v1_id, v2_id = image_id(golden, "lab-cpu-1"), image_id(golden, "lab-cpu-2")
     known_hosts = (lab.root / "ssh" / "known_hosts").read_bytes()
     before = {h: len(reimages(lab, h)) for h in hosts}
-    plan = image_plan(lab, "reimage-good", on_failure="halt",
-                      targets={"inventory": lab.inventory, "class": "lab-cpu",
-                               "patterns": [":".join(hosts)]},
-                      waves={"steps": [2, "100%"], "diversity": []},
-                      gates={"checks": ["discovery"]}, drop=("canary",))
+    plan = two_wave_plan(lab, "reimage-good", hosts, "lab-cpu:2")
     proc = lab.run("rollout", "start", plan, "--id", "reimage-good-1", "--json", check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     s = json.loads(proc.stdout)
@@ -192,14 +196,7 @@ def test_kill_9_during_a_re_image_then_resume_re_images_each_host_once(
     hosts = HOSTS[1:]  # on version 2 since the test above: this rollout takes them back to 1
     v1_id = image_id(golden, "lab-cpu-1")
     before = {h: len(reimages(lab, h)) for h in hosts}
-    plan = image_plan(lab, "reimage-crash", on_failure="halt",
-                      targets={"inventory": lab.inventory, "class": "lab-cpu",
-                               "patterns": [":".join(hosts)]},
-                      waves={"steps": [2, "100%"], "diversity": []},
-                      gates={"checks": ["discovery"]}, drop=("canary",))
-    doc = yaml.safe_load(Path(plan).read_text())
-    doc["change"] = {"image": "lab-cpu:1"}
-    Path(plan).write_text(yaml.safe_dump(doc, sort_keys=False))
+    plan = two_wave_plan(lab, "reimage-crash", hosts, "lab-cpu:1")
     env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **lab.env}
     proc = subprocess.Popen([str(FLEETGATE), "rollout", "start", plan, "--id", "reimage-crash"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
