@@ -141,7 +141,12 @@ def test_a_bad_image_canary_is_re_imaged_back_to_the_image_it_ran(
     v1_id = image_id(golden, "lab-cpu-1")
     assert lab.ssh("lab-c01", f"cat {IMAGE_ID}").strip() == v1_id
     before = {h: len(reimages(lab, h)) for h in HOSTS}
-    s = halted_with_the_canary_rolled_back(lab, image_plan(lab, "reimage-bad"), "reimage-bad-1")
+    plan = image_plan(lab, "reimage-bad")
+    # Planning asked every host which image it runs: each could be re-imaged back.
+    planned = json.loads(lab.run("rollout", "plan", plan, "--json").stdout)
+    assert planned["plan"]["change"]["image_pin"]["name"] == "lab-cpu-2"
+    assert planned["warnings"] == [], planned["warnings"]
+    s = halted_with_the_canary_rolled_back(lab, plan, "reimage-bad-1")
     # Re-imaged twice, each a new container: to version 2, then back to version 1.
     new = reimages(lab, "lab-c01")[before["lab-c01"]:]
     assert [r["image_id"] for r in new] == [image_id(golden, "lab-cpu-2"), v1_id]
