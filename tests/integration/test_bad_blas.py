@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetgate.image.manifest import node_part
-from fleetgate.rollout.image_change import manifest_digest
+from fleetgate.image.manifest import manifest_digest, node_part
 from tests.conftest import FLEETGATE, REPO, LabHandle
 from tests.integration.conftest import GoldenImages, LabFactory
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from fleetgate.errors import BadInput
+from fleetgate.image.manifest import manifest_digest
 from fleetgate.rollout import hoststate, image_change
 from fleetgate.rollout.plan import Target, load_plan
 
@@ -70,7 +71,7 @@ def test_planning_pins_the_image_and_derives_the_target_from_its_manifest(
     assert c.target.files == {"/etc/fleetgate/image-id": f"lab-cpu-2:{sha}"}
     assert c.target.manifest == {"class": "lab-cpu", "class_version": 2}
     node = {**NODE_MANIFEST, "class_version": 2}
-    assert c.target.manifest_sha256 == image_change.manifest_digest(node)
+    assert c.target.manifest_sha256 == manifest_digest(node)
     assert image_change.reimage_vars(c.image_pin.model_dump()) == {
         "fleetgate_image": "lab-cpu:2", "fleetgate_image_id": f"lab-cpu-2:{sha}"}
 
@@ -134,7 +135,7 @@ def test_an_image_change_takes_no_rollback_section(store: Path, tmp_path: Path) 
 
 
 def test_the_host_manifest_must_be_the_images_own() -> None:
-    target = Target(manifest_sha256=image_change.manifest_digest(NODE_MANIFEST))
+    target = Target(manifest_sha256=manifest_digest(NODE_MANIFEST))
     reordered = json.loads(json.dumps(NODE_MANIFEST, sort_keys=True))
     assert hoststate.mismatches(target, {"manifest": reordered}) == []
     drifted = {**NODE_MANIFEST, "drift": [{"component": "package", "name": "openssh-server"}]}

@@ -37,12 +37,6 @@ class LabImages:
     vm_image_id: str | None = None
 
 
-def image_id(img: store.StoredImage) -> str:
-    """What a host made from `img` reports at /etc/fleetgate/image-id: its name and its
-    artifact's digest (rollout/image_change.py compares it with a plan's pin)."""
-    return f"{img.name}:{img.manifest['image']['artifact_sha256']}"
-
-
 def podman_ref(img: store.StoredImage) -> str:
     digest = str(img.manifest["image"]["artifact_sha256"])[:12]
     return f"{IMAGE_REPO}-{img.node_class}:{img.version}-{digest}"
@@ -78,7 +72,7 @@ def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | N
                                source="--image", field=text)
             verify_sums(img, [img.artifact.name])
             out = replace(out, container_image=import_image(podman, img),
-                          container_class=img.node_class, container_image_id=image_id(img))
+                          container_class=img.node_class, container_image_id=img.image_id)
         else:
             if out.vm_rootfs is not None:
                 raise BadInput("only one image for VM hosts", source="--image", field=text)
@@ -88,7 +82,7 @@ def resolve_lab_images(refs: list[str], podman: Podman, *, images_root: Path | N
             verify_sums(img, [img.artifact.name])
             digest = str(img.manifest["image"]["artifact_sha256"])[:12]
             out = replace(out, vm_rootfs=img.artifact, vm_class=img.node_class,
-                          vm_image=f"{img.name}@{digest}", vm_image_id=image_id(img))
+                          vm_image=f"{img.name}@{digest}", vm_image_id=img.image_id)
     return out
 
 
@@ -110,5 +104,5 @@ def reimage_source(ref_text: str, podman: Podman, *, images_root: Path | None, k
     verify_sums(img, [img.artifact.name])
     if kind == "vm":
         digest = str(img.manifest["image"]["artifact_sha256"])[:12]
-        return f"{img.name}@{digest}", image_id(img), img.artifact
-    return import_image(podman, img), image_id(img), None
+        return f"{img.name}@{digest}", img.image_id, img.artifact
+    return import_image(podman, img), img.image_id, None

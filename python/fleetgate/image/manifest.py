@@ -8,6 +8,7 @@ Written as `manifest.json` beside the artifact. Pure functions: the build gather
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from fleetgate.errors import FleetgateError
@@ -21,6 +22,13 @@ OMITTABLE = ("gpu-toolkit",)
 
 class ImageCheckFailed(FleetgateError):
     """The finished image does not hold together (its files disagree with each other)."""
+
+
+def manifest_digest(node_manifest: dict[str, Any]) -> str:
+    """sha256 of a node manifest's canonical JSON: the same for an image's record and for the
+    file a host holds, whatever whitespace or key order either was written with."""
+    canonical = json.dumps(node_manifest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def package_list_sha256(packages_txt: str) -> str:

@@ -48,6 +48,16 @@ class StoredImage:
     def source(self) -> str:
         return str(self.manifest.get("image", {}).get("source", "?"))
 
+    @property
+    def image_id(self) -> str:
+        return image_id(self.name, str(self.manifest["image"]["artifact_sha256"]))
+
+
+def image_id(name: str, artifact_sha256: str) -> str:
+    """What a host made from an image reports at /etc/fleetgate/image-id: the image's name and
+    its artifact's digest, so a version rebuilt with --force is never taken for another."""
+    return f"{name}:{artifact_sha256}"
+
 
 def read_image(path: Path) -> StoredImage | None:
     ref = parse_dir_name(path.name)

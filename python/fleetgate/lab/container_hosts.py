@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleetgate.lab.keys import host_key
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.state import LabHost
+from fleetgate.lab.state import IMAGE_ID_FILE, LabHost
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.podman import LABEL, Podman
 from fleetgate.system.recipes import container_recipe, import_base
@@ -20,9 +20,6 @@ def ensure_base_image(podman: Podman, nc: NodeClass) -> str:
 
 def container_name(paths: LabPaths, host: str) -> str:
     return f"fg{paths.lab_id}-{host}"
-
-
-IMAGE_ID_FILE = "/etc/fleetgate/image-id"
 
 
 def start_container(podman: Podman, paths: LabPaths, host: LabHost) -> str:

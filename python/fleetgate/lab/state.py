@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from fleetgate.errors import BadInput, validation_error
 from fleetgate.inputs import read_input
 
+# Where a host made from a golden image reads the image id (`<name>:<artifact sha256>`) the
+# lab's provider gives it; rollout/image_change.py reads the same path on every host.
+IMAGE_ID_FILE = "/etc/fleetgate/image-id"
 HOST_NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 HostName = Annotated[str, StringConstraints(pattern=HOST_NAME_RE)]
 FaultKind = Literal["stop", "throttle-cpu", "cut-network", "hang-probe", "nccl-bad-nic",

@@ -19,7 +19,7 @@ from pathlib import Path
 from fleetgate.errors import LabError
 from fleetgate.lab.keys import host_key
 from fleetgate.lab.paths import LabPaths
-from fleetgate.lab.state import LabHost
+from fleetgate.lab.state import IMAGE_ID_FILE, LabHost
 from fleetgate.spec.schema import NodeClass
 from fleetgate.system.procs import pid_alive, require_tool, run
 from fleetgate.system.recipes import vm_recipe
@@ -35,9 +35,6 @@ DISK_SIZE = "4G"
 LAB_INITRAMFS_CONF = "etc/initramfs-tools/conf.d/fleetgate-lab.conf"
 LAB_INITRAMFS_TEXT = ("# fleetgate lab VM (emulated, virtio only)\nMODULES=dep\n"
                       "COMPRESS=gzip\nCOMPRESSLEVEL=1\n")
-
-IMAGE_ID_FILE = "etc/fleetgate/image-id"
-
 
 def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
     """Build this VM's disk: cached rootfs (or a golden image's rootfs tar) + its own hostname,
@@ -65,8 +62,9 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None
         initramfs_conf.parent.mkdir(parents=True, exist_ok=True)
         initramfs_conf.write_text(LAB_INITRAMFS_TEXT)
         if host.image_id is not None:
-            (staging / IMAGE_ID_FILE).parent.mkdir(parents=True, exist_ok=True)
-            (staging / IMAGE_ID_FILE).write_text(host.image_id + "\n")
+            record = staging / IMAGE_ID_FILE.lstrip("/")
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(host.image_id + "\n")
         tmp = disk.with_suffix(".partial")
         run([require_tool("mkfs.ext4", "e2fsprogs"), "-q", "-F", "-L", "fleetgate-root",
              "-d", str(staging), str(tmp), DISK_SIZE], timeout=300)

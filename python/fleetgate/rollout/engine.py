@@ -9,7 +9,6 @@ to wait for, or a host whose real state `resume` reads back before deciding anyt
 from __future__ import annotations
 
 import datetime as dt
-import json
 import signal
 import time
 import uuid
@@ -391,24 +390,27 @@ class Controller:
         the change (its `before` reading), one batch per previous image."""
         before = {e["host"]: e["data"].get("state") or {} for e in self.j.events(
             self.rid, kinds=("hoststate",), hosts=hosts) if e["data"].get("label") == "before"}
+        said: dict[str, str] = {
+            h: str((before.get(h, {}).get("files") or {}).get(image_change.IMAGE_ID_FILE) or "")
+            for h in hosts}
+        # One store lookup per image the hosts named, then one batch per image.
+        pins = {was: pin for was in set(said.values())
+                if was and (pin := image_change.previous_pin(was)) is not None}
         groups: dict[str, list[str]] = {}
-        for h in hosts:
-            was = (before.get(h, {}).get("files") or {}).get(image_change.IMAGE_ID_FILE)
-            prev = image_change.previous_pin(was)
-            if prev is None:
+        for h, was in said.items():
+            if was not in pins:
                 self.j.set_host(self.rid, h, "failed_held", f"{reasons[h]}; no previous image "
-                                f"to re-image back to (the host said {was!r})")
+                                f"to re-image back to (the host reported {was or 'none'})")
                 continue
-            groups.setdefault(json.dumps(prev, sort_keys=True), []).append(h)
+            groups.setdefault(was, []).append(h)
             if self.rows()[h].state != "rolling_back":
                 self.j.set_host(self.rid, h, "rolling_back", reasons[h])
         c = self.plan.change
-        for key, group in groups.items():
-            prev = json.loads(key)
+        for was, group in groups.items():
             got = res if res is not None else self._stage(
-                "rollback", group, k, c.run_playbook, image_change.reimage_vars(prev),
+                "rollback", group, k, c.run_playbook, image_change.reimage_vars(pins[was]),
                 c.timeout_s)
-            self._rolled_back(group, k, reasons, got, Target(**image_change.target_of(prev)))
+            self._rolled_back(group, k, reasons, got, image_change.target_of(pins[was]))
 
     def _rolled_back(self, hosts: list[str], k: int, reasons: dict[str, str],
                      res: dict[str, dict[str, Any]] | None, target: Target) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fleetgate.image.manifest import manifest_digest
 from fleetgate.rollout.plan import Target
 from fleetgate.runner import ansible
 from fleetgate.site import content_root
@@ -62,8 +63,6 @@ def mismatches(target: Target, state: dict[str, Any]) -> list[str]:
             out.append(f"manifest {key} {have_m if manifest is not None else '(no manifest)'}"
                        f" != {want_m}")
     if target.manifest_sha256 is not None:
-        from fleetgate.rollout.image_change import manifest_digest
-
         have_d = manifest_digest(manifest) if isinstance(manifest, dict) else None
         if have_d != target.manifest_sha256:
             out.append("manifest is not its image's: " + (

@@ -14,31 +14,18 @@ it ran before the change, which the controller reads from the host before the ch
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.image import store
-from fleetgate.image.manifest import node_part
-from fleetgate.image.naming import parse_dir_name, parse_ref
-from fleetgate.image.store import verify_sums
+from fleetgate.image.manifest import manifest_digest, node_part
+from fleetgate.image.naming import ImageRef, parse_dir_name, parse_ref
+from fleetgate.image.store import image_id, verify_sums
+from fleetgate.rollout import hoststate
+from fleetgate.rollout.plan import Target
 
 IMAGE_ID_FILE = "/etc/fleetgate/image-id"
-
-
-def manifest_digest(node_manifest: dict[str, Any]) -> str:
-    """sha256 of a node manifest's canonical JSON: the same for the image's record and for
-    the file a host holds, whatever whitespace or key order either was written with."""
-    canonical = json.dumps(node_manifest, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def image_id(name: str, artifact_sha256: str) -> str:
-    """What a re-imaged host says it runs: the image's name and its artifact's digest, so a
-    version rebuilt with --force is never taken for the one planned."""
-    return f"{name}:{artifact_sha256}"
 
 
 def pin(ref_text: str, node_class: str | None, *, source: Path | str, field: str,
@@ -73,15 +60,14 @@ def pin(ref_text: str, node_class: str | None, *, source: Path | str, field: str
             "manifest_sha256": manifest_digest(node_part(img.manifest))}
 
 
-def target_of(pinned: dict[str, Any], *, images_root: Path | None = None) -> dict[str, Any]:
+def target_of(pinned: dict[str, Any]) -> Target:
     """The target a host re-imaged to `pinned` must show: its image id, and the image's own
-    manifest (class and version named too, so a mismatch reads plainly)."""
-    img = store.read_image(store.images_dir(images_root) / pinned["name"])
-    if img is None:
-        raise BadInput("no longer in the image store", source="IMAGE", field=pinned["name"])
-    return {"files": {IMAGE_ID_FILE: image_id(pinned["name"], pinned["artifact_sha256"])},
-            "manifest": {"class": img.node_class, "class_version": img.version},
-            "manifest_sha256": pinned["manifest_sha256"]}
+    manifest (class and version, which the image's name carries, named too, so that a
+    mismatch reads plainly)."""
+    ref = _ref(pinned)
+    return Target(files={IMAGE_ID_FILE: image_id(pinned["name"], pinned["artifact_sha256"])},
+                  manifest={"class": ref.node_class, "class_version": ref.version or 0},
+                  manifest_sha256=pinned["manifest_sha256"])
 
 
 def previous_pin(host_image_id: str | None, *,
@@ -101,10 +87,14 @@ def previous_pin(host_image_id: str | None, *,
             "manifest_sha256": manifest_digest(node_part(img.manifest))}
 
 
-def ref_of(pinned: dict[str, Any]) -> str:
+def _ref(pinned: dict[str, Any]) -> ImageRef:
     ref = parse_dir_name(pinned["name"])
-    assert ref is not None
-    return str(ref)
+    assert ref is not None  # the plan's pattern for a pin's name
+    return ref
+
+
+def ref_of(pinned: dict[str, Any]) -> str:
+    return str(_ref(pinned))
 
 
 def reimage_vars(pinned: dict[str, Any]) -> dict[str, Any]:
@@ -118,9 +108,6 @@ def rollback_gaps(inventory: Path, hosts: list[str], *, runs_base: Path) -> list
     """For `rollout plan`, before anything runs: each host an image change could not roll
     back, because it reports no image or one the store no longer holds. Asking is a read-only
     probe; a host that cannot be asked is named too."""
-    from fleetgate.rollout import hoststate
-    from fleetgate.rollout.plan import Target
-
     states, why = hoststate.probe(inventory, hosts, [Target(files={IMAGE_ID_FILE: "-"})],
                                   runs_base=runs_base)
     out: list[str] = []

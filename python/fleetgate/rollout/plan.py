@@ -528,7 +528,7 @@ def _with_image(plan: RolloutPlan, *, source: Path) -> Change:
                        f"manifest changed since: rebuilt?); run `rollout plan` again",
                        source=source, field="change.image_pin")
     return c.model_copy(update={"image_pin": ImagePin(**pinned),
-                                "target": Target(**image_change.target_of(pinned))})
+                                "target": image_change.target_of(pinned)})
 
 
 def load_plan(path: Path) -> RolloutPlan:
