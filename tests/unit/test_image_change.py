@@ -155,3 +155,17 @@ def test_the_previous_image_is_the_stored_artifact_the_host_named(store: Path) -
     for said in (None, "", "lab-cpu-1", f"lab-cpu-7:{sha1}", f"lab-cpu-1:{'0' * 64}",
                  f"../etc:{sha1}"):
         assert image_change.previous_pin(said) is None, said
+
+
+def test_the_image_example_judges_exactly_as_the_in_place_one() -> None:
+    """examples/bad-blas/reimage.yml is the same rollout as rollout.yml, by image: its waves,
+    budgets, gates and canary thresholds must not drift apart."""
+    from tests.conftest import REPO
+
+    example = REPO / "examples" / "bad-blas"
+    by_image = yaml.safe_load((example / "reimage.yml").read_text())
+    in_place = yaml.safe_load((example / "rollout.yml").read_text())
+    own = {"name", "description", "change", "rollback", "drain"}
+    assert {k: v for k, v in by_image.items() if k not in own} == {
+        k: v for k, v in in_place.items() if k not in own}
+    assert by_image["change"] == {"image": "lab-cpu:2"}
