@@ -2,6 +2,11 @@
 hosts in parallel (median of 3 each), and the GEMM probe's coefficient of variation over 10
 runs on one host. Not a test: it prints a table and JSON.
 
+`--processes`: instead, the cost of pytest processes: one smoke run (discovery and stack)
+over all `--hosts` hosts with one process per host (`--forks HOSTS`, what smoke did before
+it dealt hosts into groups) against 2 and 4 processes, in alternating rounds, wall seconds
+and the CPU seconds the run and its children used.
+
 One lab of 6 lab-cpu containers is brought up (probes installed with `fleetgate fleet play
 smoke-probes`) and taken down at the end. All hosts share this machine's cores, so the
 6-host figure includes their contention, as a real run on one box would.
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,6 +42,29 @@ def suite_wall(env: dict[str, str], inventory: str, limit: str | None,
     return {"median_s": round(statistics.median(times), 2), "runs_s": [round(t, 2) for t in times]}
 
 
+def cpu_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, children included) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed_run(argv, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def processes(env: dict[str, str], inventory: str, hosts: int,
+              rounds: int) -> dict[str, Any]:
+    variants = {f"{hosts} processes (one per host)": hosts, "4 processes": 4, "2 processes": 2}
+    got: dict[str, dict[str, list[float]]] = {k: {"wall_s": [], "cpu_s": []} for k in variants}
+    for i in range(rounds):
+        order = list(variants.items())
+        for name, forks in order if i % 2 == 0 else reversed(order):
+            wall, cpu = cpu_run([FLEETGATE, "smoke", "run", "-i", inventory, "--only",
+                                 "discovery,stack", "--forks", str(forks)], env)
+            got[name]["wall_s"].append(round(wall, 2))
+            got[name]["cpu_s"].append(round(cpu, 2))
+    return {k: {"median_wall_s": statistics.median(v["wall_s"]),
+                "median_cpu_s": statistics.median(v["cpu_s"]), **v} for k, v in got.items()}
+
+
 def gemm_cv(env: dict[str, str], inventory: str, host: str, runs: int,
             out_dir: Path) -> dict[str, Any]:
     values = []
@@ -56,6 +85,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gemm-runs", type=int, default=10)
     ap.add_argument("--hosts", type=int, default=6)
+    ap.add_argument("--processes", action="store_true",
+                    help="compare pytest process counts instead (see above)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="fgbench-smoke-") as d:
         root = Path(d)
@@ -66,6 +97,13 @@ def main() -> None:
         try:
             timed_run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
             timed_run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
+            if args.processes:
+                table = processes(env, inventory, args.hosts, args.repeats)
+                for name, row in table.items():
+                    print(f"{name:32} wall {row['median_wall_s']:6.2f} s  CPU "
+                          f"{row['median_cpu_s']:6.2f} s  {row['wall_s']} {row['cpu_s']}")
+                print(json.dumps(table, indent=2))
+                return
             one = suite_wall(env, inventory, "lab-c01", args.repeats)
             many = suite_wall(env, inventory, None, args.repeats)
             cv = gemm_cv(env, inventory, "lab-c01", args.gemm_runs, root)

@@ -132,7 +132,7 @@ def two_wave_plan(lab: LabHandle, name: str, hosts: list[str], image: str) -> st
                       targets={"inventory": lab.inventory, "class": "lab-cpu",
                                "patterns": [":".join(hosts)]},
                       waves={"steps": [2, "100%"], "diversity": []},
-                      gates={"checks": ["discovery"]}, drop=("canary",))
+                      gates={"checks": ["discovery"], "forks": 2}, drop=("canary",))
 
 
 def test_a_bad_image_canary_is_re_imaged_back_to_the_image_it_ran(

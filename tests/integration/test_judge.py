@@ -51,7 +51,7 @@ class Lab(LabHandle):
             "concurrency": first_wave,
             # Room for every bad host: each failing host counts, none halts the others.
             "budgets": {"per_wave": {"max_failed": 3}, "total": {"max_failed": 3}},
-            "gates": {"checks": [], "baseline_hosts": baseline_hosts},
+            "gates": {"checks": [], "baseline_hosts": baseline_hosts, "forks": 2},
             "canary": {"mode": "baseline", "last_wave": "promoted", "repeats": 3,
                        "min_samples": 3, "alpha": 0.06, "uncertainty_limit": 5.0,
                        "metrics": [{"name": "gemm.tflops", "direction": "higher",

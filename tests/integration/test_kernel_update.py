@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from fleetgate.image.manifest import manifest_digest, node_part
 from fleetgate.lab.fleet import wait_for_ssh
 from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
@@ -176,3 +178,39 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     assert vm.ssh("uname -r") == OLD
     assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
         "", "unknown ok not-installed", "deinstall ok config-files")
+
+
+def test_the_vm_is_re_imaged_to_a_new_image_and_boots_its_kernel(vm: Vm,
+                                                                  golden: GoldenImages) -> None:
+    """An image rollout on the VM (issue 16's VM path): lab-vm version 2, Packer's image of
+    examples/kernel-update's class with the new kernel pinned, replaces the VM's disk (the lab
+    provider makes a new one from the image's rootfs) and the VM boots it. Last in this file:
+    the new disk discards whatever the tests above left on the host."""
+    ref = golden.build("lab-vm", classes=NEW_CLASS_DIR)
+    name = ref.replace(":", "-")
+    want_id = f"{name}:{golden.manifests[name]['image']['artifact_sha256']}"
+    plan = vm.paths.root.parent / "vm-reimage.plan.yml"
+    plan.write_text(yaml.safe_dump({
+        "name": "vm-reimage",
+        "targets": {"inventory": str(vm.paths.inventory), "class": "lab-vm"},
+        "change": {"image": ref}, "on_failure": "halt",
+        "waves": {"steps": ["100%"], "diversity": []},
+        "budgets": {"per_wave": {"max_failed": 0}, "total": {"max_failed": 0}},
+        "gates": {"checks": ["discovery"]}}, sort_keys=False))
+    boots_before = len(vm.boots())
+    proc = fleetgate("rollout", "start", str(plan), "--id", "vm-reimage-1", "--json",
+                     env=vm.env, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    s = json.loads(proc.stdout)
+    assert s["hosts"][vm.host.name]["state"] == "healthy", s["hosts"][vm.host.name]
+    # It boots the image's kernel, reached through the lab's unchanged known_hosts.
+    assert vm.ssh("uname -r") == NEW
+    assert vm.boots()[-1]["kernel"] == f"vmlinuz-{NEW}" and len(vm.boots()) > boots_before
+    assert vm.ssh("cat /etc/fleetgate/image-id") == want_id
+    manifest = json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))
+    assert manifest_digest(manifest) == manifest_digest(node_part(golden.manifests[name]))
+    assert manifest["class_version"] == NEW_CLASS.version
+    assert vm.ssh("test -e /usr/src/fgbroken-1.0 && echo left || echo gone") == "gone"
+    log = vm.paths.host_dir(vm.host.name) / "reimages.jsonl"
+    made = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [m["image_id"] for m in made][-1:] == [want_id] and len(made) == 1

@@ -74,6 +74,8 @@ def test_cpu_throttled_host_fails_gemm_against_its_peers(lab: Lab) -> None:
         rc, doc, _ = lab.smoke("--only", "gemm", "--forks", "1")
     finally:
         lab.run("lab", "heal", "lab-c02")
+    # One pytest process measured the 6 hosts, one after another.
+    assert len(list(Path(doc["run_dir"]).glob("group-*.log"))) == 1
     gemm = by_host(doc, "gemm")
     slow = gemm.pop("lab-c02")
     assert rc == 1

@@ -407,7 +407,7 @@ def test_a_dynamic_source_that_answers_differently_to_testinfra_is_refused_there
         tmp_path: Path) -> None:
     """The controller's resolution is clean; a second answer would carry a shell command.
     testinfra never asks the source again: it reads the host as the controller resolved and
-    checked it (runner/inventory.py host_source), so the shell command never reaches it."""
+    checked it (runner/inventory.py hosts_source), so the shell command never reaches it."""
     marker = tmp_path / "MARKER-flip"
     script = tmp_path / "flip.py"
     script.write_text(

@@ -67,13 +67,18 @@ def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
     ini.write_text(INI)
     inv = resolve_inventory([script, ini])
     assert inv.hostvars["s1"]["rack"] == "r3" and "c1" in inv.hosts
-    # testinfra resolves again, one process per host: each gets a script that answers with
-    # that host alone, its variables and groups as resolved here, whatever the sources were.
-    for host in ("s1", "m1"):
-        one = resolve_inventory(inv.host_source(tmp_path, host))
-        assert os.access(inv.host_source(tmp_path, host), os.X_OK)
-        assert one.hosts == [host] and one.hostvars[host] == inv.hostvars[host]
-        assert one.groups_of()[host] == inv.groups_of()[host]
+    # testinfra resolves again, one process per group of hosts: each gets a script that
+    # answers with those hosts alone, their variables and groups as resolved here, whatever
+    # the sources were.
+    for group in (["s1"], ["m1"], ["s1", "m1"]):
+        script = inv.hosts_source(tmp_path, group, "-".join(group))
+        some = resolve_inventory(script)
+        assert os.access(script, os.X_OK)
+        assert sorted(some.hosts) == sorted(group)
+        for host in group:
+            assert some.hostvars[host] == inv.hostvars[host]
+            assert some.groups_of()[host] == inv.groups_of()[host]
+    assert "c1" not in resolve_inventory(inv.hosts_source(tmp_path, ["s1", "m1"], "x")).hosts
     assert "gpu" in inv.groups_of()["m1"]  # through pool_main's parent, kept in the stand-in
 
 

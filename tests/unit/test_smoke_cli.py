@@ -85,3 +85,15 @@ def test_run_rejects_bad_input_before_running(tmp_path: Path) -> None:
     proc = fleetgate("smoke", "run", "-i", str(bad))
     assert proc.returncode == 2 and str(bad) in proc.stderr
     assert not (tmp_path / "runs").exists(), "nothing ran"
+
+
+@pytest.mark.parametrize(("n", "forks", "sizes"), [
+    (6, 8, [1, 1, 1, 1, 1, 1]), (6, 1, [6]), (7, 3, [3, 2, 2]), (20, 4, [5, 5, 5, 5])])
+def test_smoke_deals_hosts_into_at_most_forks_processes(n: int, forks: int,
+                                                        sizes: list[int]) -> None:
+    from fleetgate.smoke.runner import _groups
+
+    hosts = [f"h{i:02d}" for i in range(n)]
+    groups = _groups(hosts, forks)
+    assert [len(g) for g in groups] == sizes
+    assert [h for g in groups for h in g] == hosts, "every host once, in order"

@@ -27,13 +27,9 @@ from fleetgate.cli.options import finite
 from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.isotime import iso
 from fleetgate.revision import git_revision, operator
-from fleetgate.rollout import artifact as artifacts
-from fleetgate.rollout import metrics as rollout_metrics
-from fleetgate.rollout import notify, progress, report_data, signing
-from fleetgate.rollout.engine import Controller, require_secrets
-from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal
+from fleetgate.rollout import signing
+from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal, check_id
 from fleetgate.rollout.lease import LeaseHeld, holder
-from fleetgate.rollout.plan import change_label, drain_warnings
 from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
@@ -42,6 +38,10 @@ from fleetgate.rollout.status import (
 )
 from fleetgate.runner.private_state import private_state_dir
 from fleetgate.site import current_site
+
+# The controller, the planner and the report builders (pydantic models, numpy, scipy, Ansible's
+# runner) are imported by the commands that use them, not here: `status`, `history` and
+# `list` are what CI and operators poll, and each call would pay their import.
 
 app = typer.Typer(help="Staged rollouts: canary pools and waves, gates, budgets, halt.",
                   no_args_is_help=True)
@@ -145,6 +145,8 @@ def plan(
     The artifact carries a MAC keyed by this state dir (keys/artifact.key, made on first
     use): `start` refuses it if edited, or on another state dir unless signed (`rollout
     sign`)."""
+    from fleetgate.rollout import artifact as artifacts
+    from fleetgate.rollout.plan import change_label, drain_warnings
     form = ui.fmt(as_json, _output_value(output))
     doc = artifacts.build(plan_file, inventory)
     path = artifacts.write(doc, out)
@@ -207,6 +209,8 @@ def plan(
 
 def _check_telemetry(metrics_file: Path | None, webhook: str | None) -> None:
     """Bad telemetry flags stop the command before the rollout exists or moves."""
+    from fleetgate.rollout import metrics as rollout_metrics
+    from fleetgate.rollout import notify
     if metrics_file is not None:
         rollout_metrics.check_path(metrics_file)
     if webhook is not None:
@@ -225,6 +229,9 @@ def _writer(machine_stdout: bool) -> Any:
 def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float,
          log_format: LogFormat = LogFormat.text, heartbeat: float = 60.0,
          metrics_file: Path | None = None, webhook: str | None = None) -> None:
+    from fleetgate.rollout import metrics as rollout_metrics
+    from fleetgate.rollout import notify, progress
+    from fleetgate.rollout.engine import Controller
     row = j.rollout(rid)
     waves = len(row.artifact["waves"]) if row else 0
     after = j.events(rid)[-1]["seq"] if resume and j.events(rid) else 0
@@ -299,11 +306,14 @@ def start(
     key in the site's security.allowed_signers; only the signature with
     security.require_signed_artifacts) and passes every check planning ran, against the
     live inventory. Otherwise: exit 2, nothing ran."""
+    from fleetgate.rollout import artifact as artifacts
+    from fleetgate.rollout import progress
+    from fleetgate.rollout.engine import require_secrets
     out = ui.fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     doc, trust = artifacts.load(plan_file, inventory)
     require_secrets(doc["plan"], str(plan_file))  # before the rollout is in the journal
-    rid = artifacts.check_id(rollout_id) if rollout_id else artifacts.new_id(doc["plan"]["name"])
+    rid = check_id(rollout_id) if rollout_id else artifacts.new_id(doc["plan"]["name"])
     j = _journal()
     if j.rollout(rid) is not None:
         raise BadInput("a rollout with this id exists; use `rollout resume`", source="--id",
@@ -347,7 +357,7 @@ def resume(
     out = ui.fmt(as_json, output)
     _check_telemetry(metrics_file, webhook)
     j = _journal()
-    row = j.rollout(artifacts.check_id(rollout_id))
+    row = j.rollout(check_id(rollout_id))
     if row is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
@@ -446,9 +456,10 @@ def status(
 ) -> None:
     """Waves, host states (grouped by state and reason), gate verdicts and budget used, from
     the journal; after a halt or abort, where each host is and the commands to run next."""
+    from fleetgate.rollout import progress
     out = ui.fmt(as_json, output)
     j = _journal()
-    rid = artifacts.check_id(rollout_id)
+    rid = check_id(rollout_id)
     # The follower starts after the last event read *before* the first frame: a change made
     # while that frame prints gets its line (at worst twice), never none.
     events = j.events(rid) if watch else []
@@ -501,6 +512,7 @@ def sign(
     Signs only an artifact planned with this state dir's key, unedited, that passes every
     check `rollout start` runs. Where the site names security.allowed_signers, the signature
     is verified against it before it is written."""
+    from fleetgate.rollout import artifact as artifacts
     out = ui.fmt(as_json, output)
     raw, _doc = artifacts.load_to_sign(artifact)
     sig = signing.sign(raw, key, signing.ARTIFACT_NAMESPACE)
@@ -551,7 +563,7 @@ def approve(
     security.require_signed_approvals refuses an approval without --sign-key."""
     out = ui.fmt(as_json, output)
     j = _journal()
-    row = j.rollout(artifacts.check_id(rollout_id))
+    row = j.rollout(check_id(rollout_id))
     if row is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if wave > len(row.artifact["waves"]):
@@ -602,7 +614,7 @@ def abort(
     """Stop a rollout: no new hosts start, in-flight hosts finish, pending hosts are skipped."""
     out = ui.fmt(as_json, output)
     j = _journal()
-    row = j.rollout(artifacts.check_id(rollout_id))
+    row = j.rollout(check_id(rollout_id))
     if row is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
@@ -659,7 +671,7 @@ def history(
         raise BadInput(f"unknown event kind (known: {', '.join(HISTORY_KINDS)})",
                        source="--kind", field=", ".join(unknown))
     j = _journal()
-    if j.rollout(artifacts.check_id(rollout_id)) is None:
+    if j.rollout(check_id(rollout_id)) is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     kinds = tuple(kind) if kind else None if verbose else DEFAULT_HISTORY_KINDS
     events = j.events(rollout_id, kinds=kinds)
@@ -723,7 +735,7 @@ def report(
         if p is not None and not p.parent.is_dir():
             raise BadInput("no such directory", source=p, field=str(p.parent))
     j = _journal()
-    rid = artifacts.check_id(rollout_id)
+    rid = check_id(rollout_id)
     # Render both before writing either: a bad id leaves no half-written pair behind.
     texts = [(p, r.render(j, rid, html_path=html_out) if r is report_md else r.render(j, rid))
              for p, r in ((html_out, report_html), (md_out, report_md)) if p is not None]
@@ -750,8 +762,9 @@ def explain(
 
     Per metric: the medians, the shift against its tolerance and the Mann-Whitney test;
     then the gate's decision."""
+    from fleetgate.rollout import report_data
     j = _journal()
-    rid = artifacts.check_id(rollout_id)
+    rid = check_id(rollout_id)
     text = report_data.explain_wave(j, rid, wave)  # validates the id and the wave
     if ui.fmt(as_json, output) is ui.Output.json:
         _, events = report_data.load(j, rid)
@@ -779,5 +792,6 @@ def serve_metrics(
     """Serve Prometheus /metrics for rollouts, read from the journal on each scrape.
 
     Listens on 127.0.0.1 unless --bind says otherwise."""
-    ids = [artifacts.check_id(r) for r in rollout_ids or []]
+    from fleetgate.rollout import metrics as rollout_metrics
+    ids = [check_id(r) for r in rollout_ids or []]
     rollout_metrics.serve(_journal(), ids, bind, port, lambda m: ui.console.print(ui.esc(m)))

@@ -14,7 +14,7 @@ from fleetgate.errors import BadInput
 from fleetgate.inputs import read_input
 from fleetgate.smoke import parsers
 from fleetgate.smoke.model import parse_probe_output
-from fleetgate.smoke.runner import load_results, run_smoke
+from fleetgate.smoke.runner import DEFAULT_FORKS, load_results, run_smoke
 
 app = typer.Typer(help="Smoke probes and the testinfra suite that gates promotions.",
                   no_args_is_help=True)
@@ -52,10 +52,12 @@ def run(
     baseline: Annotated[Path | None, typer.Option(
         "--baseline", help="Results of a baseline run to compare against (else: peers).")
                         ] = None,
-    forks: Annotated[int, typer.Option(min=1, max=500, help="Hosts at a time.")] = 20,
+    forks: Annotated[int, typer.Option(min=1, max=500, help=(
+        "pytest processes at most; each measures its share of the hosts in turn."))
+                     ] = DEFAULT_FORKS,
 ) -> None:
-    """Run the suite on every matching host in parallel; exit 1 on any fail, 4 if some check
-    could not be measured and none failed."""
+    """Run the suite on every matching host, up to --forks processes in parallel; exit 1 on
+    any fail, 4 if some check could not be measured and none failed."""
     if ctx.args:
         # `--json PATH` once wrote the results; --json now prints them, like everywhere else.
         raise BadInput("--json prints the results as JSON; write them to a file with --out "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +46,6 @@ from fleetgate.runner.private_state import write_private
 from fleetgate.site import current_site
 
 SCHEMA = "fleetgate.rollout.plan/v1"
-ROLLOUT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,80}$")
 # Compared again after every other check: these are derived from the plan and the hosts.
 DERIVED = ("waves", "notes", "budgets", "limits")
 
@@ -335,8 +333,3 @@ def new_id(name: str) -> str:
     return f"{name[:40]}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def check_id(rid: str) -> str:
-    if not ROLLOUT_ID_RE.fullmatch(rid):
-        raise BadInput("a rollout id is lower-case letters, digits and dashes", source="ID",
-                       field=repr(rid))
-    return rid

@@ -435,10 +435,10 @@ class Controller:
         """One smoke run, every result journalled. The canary metrics' checks are judged by
         canary analysis per host, so the suite's fleet-relative check leaves them alone."""
         c = self.plan.canary
-        run = run_smoke(self.inventory, limit=",".join(hosts),
+        run = run_smoke(self.inventory, hosts=hosts,
                         classes=measure.classes_for(self, label),
                         only=checks or list(self.plan.gates.checks),
-                        baseline=self.baseline, forks=max(1, len(hosts)),
+                        baseline=self.baseline, forks=self.plan.gates.forks,
                         runs_base=self.dir / "runs",
                         skip_relative=canary_gate.checks_for(c) if c is not None else ())
         self.j.events_at_once(self.rid, "smoke", [

@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import pwd
+import re
 import sqlite3
 import threading
 import time
@@ -108,6 +109,17 @@ def _open_private(path: Path) -> None:
         if p.exists():
             make_private(p)
 
+
+# A rollout's id, the journal's key: it also names the rollout's directory and reaches
+# command lines, so it is checked wherever one comes in.
+ROLLOUT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,80}$")
+
+
+def check_id(rid: str) -> str:
+    if not ROLLOUT_ID_RE.fullmatch(rid):
+        raise BadInput("a rollout id is lower-case letters, digits and dashes", source="ID",
+                       field=repr(rid))
+    return rid
 
 @dataclass(frozen=True)
 class RolloutRow:

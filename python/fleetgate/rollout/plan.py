@@ -64,11 +64,18 @@ _CLASS = CLASS_NAME_RE.strip("^$")
 IMAGE_REF_RE = rf"^{_CLASS}:[1-9][0-9]{{0,5}}$"
 IMAGE_NAME_RE = rf"^{_CLASS}-[1-9][0-9]{{0,5}}$"
 REIMAGE_PLAYBOOK = "playbooks/reimage.yml"
+# An image's AMIs by region (its manifest's image.ec2_amis, where a Packer amazon-ebs build
+# published it); the same patterns guard the values again in playbooks/tasks/reimage-ec2.yml,
+# where they reach the AWS CLI.
+AWS_REGION_RE = r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$"
+AMI_ID_RE = r"^ami-[0-9a-f]{8,17}$"
 
 PlanName = Annotated[str, StringConstraints(pattern=PLAN_NAME_RE)]
 Pattern = Annotated[str, StringConstraints(pattern=PATTERN_RE)]
 Playbook = Annotated[str, StringConstraints(pattern=PLAYBOOK_RE)]
 DomainKey = Annotated[str, StringConstraints(pattern=DOMAIN_KEY_RE)]
+RegionStr = Annotated[str, StringConstraints(pattern=AWS_REGION_RE)]
+AmiStr = Annotated[str, StringConstraints(pattern=AMI_ID_RE)]
 
 
 BUDGET_HELP = "a failure budget is a count (0, 2) or a percentage of the hosts ('10%')"
@@ -186,6 +193,10 @@ class ImagePin(_Strict):
     name: Annotated[str, StringConstraints(pattern=IMAGE_NAME_RE)]
     artifact_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)]
     manifest_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)]
+    # Region -> the AMI the image was published as there (its manifest's image.ec2_amis):
+    # what the ec2 provider replaces a host's root volume from. Empty for an image never
+    # published to EC2.
+    ec2_amis: dict[RegionStr, AmiStr] = Field(default_factory=dict)
 
 
 class Change(_Strict):
@@ -300,6 +311,10 @@ class Gates(_Strict):
     # Relative thresholds against hosts of later waves (same class, still on the old
     # version), measured before each wave; 0 = absolute thresholds and fleet median only.
     baseline_hosts: Annotated[int, Field(ge=0, le=50)] = 0
+    # pytest processes per smoke run (smoke/runner.py): each measures its share of the hosts
+    # one after another, so fewer processes cost less start-up and measure with less
+    # contention, more finish a big batch sooner.
+    forks: Annotated[int, Field(ge=1, le=500)] = 8
 
     @model_validator(mode="after")
     def _unique(self) -> Gates:

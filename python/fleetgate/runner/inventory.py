@@ -93,7 +93,7 @@ class Inventory:
 
     def groups_of(self) -> dict[str, list[str]]:
         """Host -> every group it is in, directly or through children (sorted). Computed once
-        per resolution: smoke asks it for each of its hosts (host_source)."""
+        per resolution: smoke asks it for each group of its hosts (hosts_source)."""
         return self._groups
 
     @functools.cached_property
@@ -119,26 +119,32 @@ class Inventory:
         """What ansible-runner's `inventory` takes: each source, as `-i` would."""
         return [str(p) for p in self.sources]
 
-    def host_source(self, workdir: Path, host: str) -> Path:
-        """An inventory of this resolution's one host, for a tool that resolves again by
-        itself (testinfra's --ansible-inventory, one process per host): an inventory script
-        in `workdir` that answers with the host's variables and groups as resolved here.
-        Re-reading the operator's sources instead costs every host a whole resolution (17 s
-        for a 10,000-host INI file), and a dynamic source could answer differently.
-        `host` is a checked inventory name (HOST_RE), so it is safe in a file name."""
-        groups = set(self.groups_of().get(host, []))
-        doc: dict[str, Any] = {"_meta": {"hostvars": {
-            host: (self.doc.get("_meta", {}).get("hostvars", {}) or {}).get(host) or {}}}}
+    def subset(self, hosts: Sequence[str]) -> Inventory:
+        """This resolution narrowed to `hosts`: their variables, and the groups they are in
+        with only them as members."""
+        wanted = set(hosts)
+        groups = {g for h in hosts for g in self.groups_of().get(h, [])}
+        allvars = self.doc.get("_meta", {}).get("hostvars", {}) or {}
+        doc: dict[str, Any] = {"_meta": {"hostvars": {h: allvars.get(h) or {} for h in hosts}}}
         for group, entry in self.doc.items():
             if group == "_meta" or group not in groups:
                 continue
             entry = entry or {}
             doc[group] = {
-                "hosts": [h for h in entry.get("hosts") or [] if h == host],
+                "hosts": [h for h in entry.get("hosts") or [] if h in wanted],
                 "children": [c for c in entry.get("children") or [] if c in groups]}
-        data = workdir / f"inventory-{host}.json"
-        data.write_text(json.dumps(doc))
-        script = workdir / f"inventory-{host}.py"
+        return Inventory(self.sources, ",".join(hosts), doc)
+
+    def hosts_source(self, workdir: Path, hosts: Sequence[str], name: str) -> Path:
+        """An inventory of these hosts of this resolution, for a tool that resolves again by
+        itself (testinfra's --ansible-inventory, one process per group of hosts): an inventory
+        script in `workdir` that answers with the hosts' variables and groups as resolved
+        here. Re-reading the operator's sources instead costs every process a whole
+        resolution (17 s for a 10,000-host INI file), and a dynamic source could answer
+        differently. `name` becomes the file's name; hosts are checked names (HOST_RE)."""
+        data = host_path(workdir, name, ".json", prefix="inventory-")
+        data.write_text(json.dumps(self.subset(hosts).doc))
+        script = data.with_suffix(".py")
         script.write_text(f"#!{sys.executable}\nimport sys\n"
                           f"sys.stdout.write(open({str(data)!r}).read())\n")
         script.chmod(0o700)  # run by this user only; it sits in a private run dir

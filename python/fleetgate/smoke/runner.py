@@ -1,9 +1,12 @@
 """`run_smoke()`: the smoke suite across hosts, the API the rollout controller calls.
 
-One pytest process per host runs the testinfra suite (python/fleetgate/smoke/suite) with
-`--hosts=ansible://HOST`, so each host's checks run in order (a GEMM never shares a host with
-its own all-reduce) while hosts run in parallel, up to `forks` at a time. Each process has a
-deadline derived from its class's probe timeouts; a process past it is killed and its
+The hosts are dealt into at most `forks` groups, and one pytest process per group runs the
+testinfra suite (python/fleetgate/smoke/suite) with `--hosts=ansible://H1,ansible://H2,...`:
+a host's checks run in order, one at a time (a GEMM never shares a host with its own
+all-reduce), groups run in parallel. One process per host instead costs every host a
+Python, pytest, testinfra and ansible-inventory start-up (about 2 s of CPU) per gate, which
+is what a controller pays most often. Each process has a deadline, the sum of its hosts'
+budgets from their classes' probe timeouts; a process past it is killed and its hosts'
 missing checks become inconclusive. The per-host verdicts are then compared across hosts
 (fleet median, or a baseline set) and returned as one SmokeRun.
 """
@@ -42,6 +45,8 @@ from fleetgate.spec.schema import NodeClass
 
 SUITE_DIR = Path(__file__).with_name("suite")
 DEFAULT_HOST_BUDGET_S = 900.0
+# pytest processes a smoke run starts at most; each runs its share of the hosts in turn.
+DEFAULT_FORKS = 8
 
 
 def parse_only(only: str | Sequence[str] | None) -> list[Check]:
@@ -66,19 +71,33 @@ def _class_of(hv: dict[str, Any], cache: dict[str, tuple[NodeClass, Plan]],
     return cache[name]
 
 
-def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
-              budget_s: float, probes_dir: str, classes: Path | None = None
-              ) -> tuple[list[CheckResult], dict[str, Any]]:
-    results_file = host_path(run_dir, host, ".jsonl")
-    log_file = host_path(run_dir, host, ".log")
+def _groups(hosts: Sequence[str], forks: int) -> list[list[str]]:
+    """`hosts` in at most `forks` groups of near-equal size, in order."""
+    n = min(forks, len(hosts))
+    size, extra = divmod(len(hosts), n)
+    out: list[list[str]] = []
+    start = 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(hosts[start:end]))
+        start = end
+    return out
+
+
+def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check],
+               run_dir: Path, budget_s: float, probes_dir: str, classes: Path | None = None
+               ) -> tuple[list[CheckResult], dict[str, Any]]:
+    results_file = host_path(run_dir, name, ".jsonl")
+    log_file = host_path(run_dir, name, ".log")
     # testinfra's ansible backend runs ssh through `/bin/sh -c` with the host's ssh args
     # pasted in unquoted (testinfra/backend/ssh.py). Only checked values get there: the host
-    # name here and every connection variable passed resolve_inventory() before this run,
+    # names here and every connection variable passed resolve_inventory() before this run,
     # and the suite checks testinfra's own view of them again before it connects
     # (smoke/session.py connection_refusal), since a dynamic source is asked a second time.
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
             "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
-            f"--hosts=ansible://{host}", f"--ansible-inventory={inventory}",
+            "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
+            f"--ansible-inventory={inventory}",
             f"--fleetgate-results={results_file}", f"--fleetgate-only={','.join(checks)}",
             f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
     started = time.monotonic()
@@ -104,7 +123,7 @@ def _run_host(host: str, inventory: Path, checks: list[Check], run_dir: Path,
             if line.strip():
                 results.append(CheckResult.model_validate_json(line))
     meta = {"rc": rc, "killed": killed, "wall_s": round(time.monotonic() - started, 3),
-            "log": str(log_file)}
+            "log": str(log_file), "hosts": hosts, "budget_s": round(budget_s, 3)}
     return results, meta
 
 
@@ -113,10 +132,11 @@ def run_smoke(
     inventory: Sources | Inventory,
     *,
     limit: str | None = None,
+    hosts: Sequence[str] | None = None,
     node_class: str | None = None,
     only: str | Sequence[str] | None = None,
     baseline: Iterable[CheckResult] | None = None,
-    forks: int = 20,
+    forks: int = DEFAULT_FORKS,
     probes_dir: str = PROBES_DIR,
     runs_base: Path | None = None,
     classes: Path | None = None,
@@ -124,6 +144,9 @@ def run_smoke(
 ) -> SmokeRun:
     """Run the smoke suite on every matching host in parallel; never raises for a host that
     fails or cannot be reached (those are results), only for bad input (BadInput).
+    `hosts`: these inventory hosts by name, instead of a `limit` pattern; the controller's
+    way, so a rollout's every batch reuses its one resolution of the inventory (a limit is
+    another resolution: an ansible-inventory run).
     `skip_relative`: checks whose fleet-relative comparison a caller makes itself (a
     rollout's canary analysis judges them per host), so they are not judged twice."""
     limit = validate_limit(limit)
@@ -134,8 +157,16 @@ def run_smoke(
         resolve_class(node_class, classes)  # an unknown class: bad input before anything runs
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
+    if hosts is not None and limit is not None:
+        raise ValueError("give hosts or a limit, not both")
     inv = resolve_inventory(inventory, limit)
     hostvars = inv.hostvars
+    if hosts is not None:
+        unknown = [h for h in hosts if h not in hostvars]
+        if unknown:
+            raise BadInput(f"no such host {unknown[0]}", source=inv.label)
+        hostvars = {h: hostvars[h] for h in hosts}
+        limit = ",".join(hosts)
     cache: dict[str, tuple[NodeClass, Plan]] = {}
     selected: dict[str, tuple[NodeClass, Plan] | None] = {}
     for host, hv in hostvars.items():
@@ -151,32 +182,51 @@ def run_smoke(
     run_dir.mkdir(parents=True)
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
 
-    def one(host: str) -> list[CheckResult]:
-        cls = selected[host]
-        if cls is None:
-            return [unmeasured(host, c, "not-run", "host has no fleetgate_class") for c in checks]
-        nc, plan = cls
-        got, meta = _run_host(host, inv.host_source(run_dir, host), checks, run_dir,
-                              host_budget_s(checks, plan), probes_dir, classes)
-        done = {r.check for r in got}
-        for c in checks:
-            if c in done:
-                continue
-            if meta["killed"]:
-                got.append(unmeasured(host, c, "timeout", f"the host's suite passed its "
-                                      f"{host_budget_s(checks, plan):.0f}s budget and was "
-                                      "stopped", nc=nc, plan=plan, evidence=meta))
-            else:
-                tail = Path(meta["log"]).read_text()[-600:] if Path(meta["log"]).exists() else ""
-                got.append(unmeasured(host, c, "not-run", f"the suite produced no result "
-                                      f"(pytest rc {meta['rc']}): {' '.join(tail.split())}",
-                                      nc=nc, plan=plan, evidence=meta))
-        order = {c: i for i, c in enumerate(checks)}
-        return sorted(got, key=lambda r: order[r.check])
+    measured = [h for h in selected if selected[h] is not None]
+    unclassed = [h for h in selected if selected[h] is None]
 
-    with ThreadPoolExecutor(max_workers=min(forks, len(selected))) as pool:
-        per_host = list(pool.map(one, list(selected)))
-    results = apply_relative([r for rs in per_host for r in rs], baseline, skip=skip_relative)
+    def budget(host: str) -> float:
+        cls = selected[host]
+        assert cls is not None
+        return host_budget_s(checks, cls[1])
+
+    def one(i: int, group: list[str]) -> list[CheckResult]:
+        got, meta = _run_group(f"group-{i:03d}", group, inv.hosts_source(
+            run_dir, group, f"group-{i:03d}"), checks, run_dir, sum(map(budget, group)),
+            probes_dir, classes)
+        tail = Path(meta["log"]).read_text()[-600:] if Path(meta["log"]).exists() else ""
+        for host in group:
+            cls = selected[host]
+            assert cls is not None
+            nc, plan = cls
+            done = {r.check for r in got if r.host == host}
+            for c in checks:
+                if c in done:
+                    continue
+                if meta["killed"]:
+                    got.append(unmeasured(host, c, "timeout", f"the suite of its group "
+                                          f"({len(group)} hosts) passed its "
+                                          f"{meta['budget_s']:.0f}s budget and was "
+                                          "stopped", nc=nc, plan=plan, evidence=meta))
+                else:
+                    got.append(unmeasured(host, c, "not-run", f"the suite produced no result "
+                                          f"(pytest rc {meta['rc']}): {' '.join(tail.split())}",
+                                          nc=nc, plan=plan, evidence=meta))
+        return got
+
+    found: list[CheckResult] = [unmeasured(h, c, "not-run", "host has no fleetgate_class")
+                                for h in unclassed for c in checks]
+    if measured:
+        groups = _groups(measured, forks)
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            for rs in pool.map(one, range(len(groups)), groups):
+                found.extend(rs)
+    # One host's results together, in the order of `selected`, each host's in check order.
+    host_order = {h: i for i, h in enumerate(selected)}
+    check_order = {c: i for i, c in enumerate(checks)}
+    found.sort(key=lambda r: (host_order.get(r.host, len(host_order)),
+                              check_order.get(r.check, len(check_order))))
+    results = apply_relative(found, baseline, skip=skip_relative)
     run = SmokeRun(
         schema="fleetgate.smoke.result/v1", started_at=started_at,
         finished_at=datetime.now(UTC), wall_s=round(time.monotonic() - t0, 3),
