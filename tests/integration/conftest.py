@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -89,9 +90,20 @@ def golden(pytestconfig: pytest.Config) -> GoldenImages:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    # The main process (not a worker) removes the store: gigabytes of root filesystems.
+    # The main process (not a worker) removes the store: gigabytes of root filesystems, and the
+    # podman images lab hosts were started from (`lab up --image` imports an image once, under
+    # one tag, for every lab of the run). Only here, once every worker is done: a test file's
+    # own teardown removing them (`rmi --force` takes the containers too) killed other lanes'
+    # hosts mid-test.
     if not hasattr(session.config, "workerinput") and not KEEP_IMAGES:
         shutil.rmtree(_golden_root(session.config), ignore_errors=True)
+        found = subprocess.run(["podman", "images", "--filter", "label=io.fleetgate.image",
+                                "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                               text=True, timeout=300, check=False)
+        refs = [r for r in found.stdout.split() if r.startswith("localhost/fleetgate-image-")]
+        if refs:
+            subprocess.run(["podman", "rmi", "--force", *refs], capture_output=True,
+                           timeout=300, check=False)
 
 
 LabFactory = Callable[..., AbstractContextManager[Any]]

@@ -29,7 +29,15 @@ import typer
 from fleetgate.cli import rollout_cmd
 from fleetgate.cli.output import Output
 from fleetgate.errors import BadInput
-from fleetgate.rollout import metrics, notify, report_data, report_html, report_md, status
+from fleetgate.rollout import (
+    engine,
+    metrics,
+    notify,
+    report_data,
+    report_html,
+    report_md,
+    status,
+)
 from fleetgate.rollout.journal import Journal
 from tests.conftest import REPO, fleetgate
 from tests.fixtures.rollout.journal_builder import (
@@ -650,7 +658,8 @@ def test_run_wires_metrics_file_and_webhook(fresh: Journal, hook: Hook, tmp_path
             self.j.set_rollout(self.rid, "completed")
             return "completed"
 
-    monkeypatch.setattr(rollout_cmd, "Controller", FakeController)
+    # rollout_cmd imports the controller when a run starts (its module stays light).
+    monkeypatch.setattr(engine, "Controller", FakeController)
     prom = tmp_path / "rollout.prom"
     with pytest.raises(typer.Exit) as exc:
         rollout_cmd._run(fresh, RID, resume=True, out=Output.json, lease_ttl=30,
