@@ -97,3 +97,15 @@ def test_smoke_deals_hosts_into_at_most_forks_processes(n: int, forks: int,
     groups = _groups(hosts, forks)
     assert [len(g) for g in groups] == sizes
     assert [h for g in groups for h in g] == hosts, "every host once, in order"
+
+
+def test_a_planned_host_gone_from_the_inventory_is_not_run_not_an_error(tmp_path: Path) -> None:
+    from fleetgate.smoke.runner import run_smoke
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    h1: {ansible_host: 127.0.0.1, ansible_port: 1}\n")
+    run = run_smoke(inv, hosts=["h1", "h9"], only="discovery", runs_base=tmp_path)
+    got = {r.host: (r.status, r.probe_status, r.reason) for r in run.results}
+    assert got["h1"] == ("inconclusive", "not-run", "host has no fleetgate_class")
+    assert got["h9"][:2] == ("inconclusive", "not-run") and "not in the inventory" in got["h9"][2]
+    assert run.hosts == ["h1", "h9"] and run.limit == "h1,h9"

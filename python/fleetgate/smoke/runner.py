@@ -161,11 +161,12 @@ def run_smoke(
         raise ValueError("give hosts or a limit, not both")
     inv = resolve_inventory(inventory, limit)
     hostvars = inv.hostvars
+    # A host a rollout planned may have left the inventory since: its checks are not-run
+    # results, as any other host's that could not be measured, not an error mid-rollout.
+    gone: list[str] = []
     if hosts is not None:
-        unknown = [h for h in hosts if h not in hostvars]
-        if unknown:
-            raise BadInput(f"no such host {unknown[0]}", source=inv.label)
-        hostvars = {h: hostvars[h] for h in hosts}
+        gone = [h for h in hosts if h not in hostvars]
+        hostvars = {h: hostvars[h] for h in hosts if h in hostvars}
         limit = ",".join(hosts)
     cache: dict[str, tuple[NodeClass, Plan]] = {}
     selected: dict[str, tuple[NodeClass, Plan] | None] = {}
@@ -174,7 +175,7 @@ def run_smoke(
         if node_class is not None and (cls is None or cls[0].name != node_class):
             continue
         selected[host] = cls
-    if not selected:
+    if not selected and not gone:
         raise BadInput("no hosts match" + (f" class {node_class}" if node_class else ""),
                        source=inv.label, field=f"--limit {limit}" if limit else None)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
@@ -216,13 +217,15 @@ def run_smoke(
 
     found: list[CheckResult] = [unmeasured(h, c, "not-run", "host has no fleetgate_class")
                                 for h in unclassed for c in checks]
+    found += [unmeasured(h, c, "not-run", f"not in the inventory ({inv.label}) any more")
+              for h in gone for c in checks]
     if measured:
         groups = _groups(measured, forks)
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:
             for rs in pool.map(one, range(len(groups)), groups):
                 found.extend(rs)
     # One host's results together, in the order of `selected`, each host's in check order.
-    host_order = {h: i for i, h in enumerate(selected)}
+    host_order = {h: i for i, h in enumerate([*selected, *gone])}
     check_order = {c: i for i, c in enumerate(checks)}
     found.sort(key=lambda r: (host_order.get(r.host, len(host_order)),
                               check_order.get(r.check, len(check_order))))
@@ -231,7 +234,7 @@ def run_smoke(
         schema="fleetgate.smoke.result/v1", started_at=started_at,
         finished_at=datetime.now(UTC), wall_s=round(time.monotonic() - t0, 3),
         inventory=inv.label, limit=limit, node_class=node_class, checks=checks,
-        hosts=list(selected), results=results, run_dir=str(run_dir))
+        hosts=[*selected, *gone], results=results, run_dir=str(run_dir))
     (run_dir / "result.json").write_text(run.to_json())
     return run
 
