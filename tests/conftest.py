@@ -75,6 +75,7 @@ SLOW_FIRST = (
     "integration/test_slurm_drain.py",
     "integration/test_bad_inputs.py",
     "integration/test_bad_blas.py",
+    "integration/test_judge.py",
     "integration/test_triage.py",
     "integration/test_lab.py",
     "integration/test_preflight_deps.py",
