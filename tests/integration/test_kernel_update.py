@@ -33,6 +33,8 @@ import pytest
 import yaml
 
 from fleetgate.image.manifest import manifest_digest, node_part
+from fleetgate.image.naming import image_name
+from fleetgate.image.store import image_id
 from fleetgate.lab.fleet import wait_for_ssh
 from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
@@ -187,8 +189,8 @@ def test_the_vm_is_re_imaged_to_a_new_image_and_boots_its_kernel(vm: Vm,
     provider makes a new one from the image's rootfs) and the VM boots it. Last in this file:
     the new disk discards whatever the tests above left on the host."""
     ref = golden.build("lab-vm", classes=NEW_CLASS_DIR)
-    name = ref.replace(":", "-")
-    want_id = f"{name}:{golden.manifests[name]['image']['artifact_sha256']}"
+    name = image_name(NEW_CLASS.name, NEW_CLASS.version)
+    want_id = image_id(name, golden.manifests[name]["image"]["artifact_sha256"])
     plan = vm.paths.root.parent / "vm-reimage.plan.yml"
     plan.write_text(yaml.safe_dump({
         "name": "vm-reimage",

@@ -119,7 +119,7 @@ class Inventory:
         """What ansible-runner's `inventory` takes: each source, as `-i` would."""
         return [str(p) for p in self.sources]
 
-    def subset(self, hosts: Sequence[str]) -> Inventory:
+    def _doc_of(self, hosts: Sequence[str]) -> dict[str, Any]:
         """This resolution narrowed to `hosts`: their variables, and the groups they are in
         with only them as members."""
         wanted = set(hosts)
@@ -133,7 +133,7 @@ class Inventory:
             doc[group] = {
                 "hosts": [h for h in entry.get("hosts") or [] if h in wanted],
                 "children": [c for c in entry.get("children") or [] if c in groups]}
-        return Inventory(self.sources, ",".join(hosts), doc)
+        return doc
 
     def hosts_source(self, workdir: Path, hosts: Sequence[str], name: str) -> Path:
         """An inventory of these hosts of this resolution, for a tool that resolves again by
@@ -143,7 +143,7 @@ class Inventory:
         resolution (17 s for a 10,000-host INI file), and a dynamic source could answer
         differently. `name` becomes the file's name; hosts are checked names (HOST_RE)."""
         data = host_path(workdir, name, ".json", prefix="inventory-")
-        data.write_text(json.dumps(self.subset(hosts).doc))
+        data.write_text(json.dumps(self._doc_of(hosts)))
         script = data.with_suffix(".py")
         script.write_text(f"#!{sys.executable}\nimport sys\n"
                           f"sys.stdout.write(open({str(data)!r}).read())\n")

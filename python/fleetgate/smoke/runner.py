@@ -183,23 +183,16 @@ def run_smoke(
     run_dir.mkdir(parents=True)
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
 
-    measured = [h for h in selected if selected[h] is not None]
-    unclassed = [h for h in selected if selected[h] is None]
-
-    def budget(host: str) -> float:
-        cls = selected[host]
-        assert cls is not None
-        return host_budget_s(checks, cls[1])
+    measured = {h: cls for h, cls in selected.items() if cls is not None}
+    unclassed = [h for h, cls in selected.items() if cls is None]
 
     def one(i: int, group: list[str]) -> list[CheckResult]:
-        got, meta = _run_group(f"group-{i:03d}", group, inv.hosts_source(
-            run_dir, group, f"group-{i:03d}"), checks, run_dir, sum(map(budget, group)),
-            probes_dir, classes)
-        tail = Path(meta["log"]).read_text()[-600:] if Path(meta["log"]).exists() else ""
+        name = f"group-{i:03d}"
+        got, meta = _run_group(name, group, inv.hosts_source(run_dir, group, name), checks,
+                               run_dir, sum(host_budget_s(checks, measured[h][1])
+                                            for h in group), probes_dir, classes)
         for host in group:
-            cls = selected[host]
-            assert cls is not None
-            nc, plan = cls
+            nc, plan = measured[host]
             done = {r.check for r in got if r.host == host}
             for c in checks:
                 if c in done:
@@ -210,6 +203,8 @@ def run_smoke(
                                           f"{meta['budget_s']:.0f}s budget and was "
                                           "stopped", nc=nc, plan=plan, evidence=meta))
                 else:
+                    log = Path(meta["log"])
+                    tail = log.read_text()[-600:] if log.exists() else ""
                     got.append(unmeasured(host, c, "not-run", f"the suite produced no result "
                                           f"(pytest rc {meta['rc']}): {' '.join(tail.split())}",
                                           nc=nc, plan=plan, evidence=meta))
@@ -220,7 +215,7 @@ def run_smoke(
     found += [unmeasured(h, c, "not-run", f"not in the inventory ({inv.label}) any more")
               for h in gone for c in checks]
     if measured:
-        groups = _groups(measured, forks)
+        groups = _groups(list(measured), forks)
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:
             for rs in pool.map(one, range(len(groups)), groups):
                 found.extend(rs)
