@@ -146,8 +146,10 @@ def test_happy_path_in_three_waves_in_order(lab: Lab, monkeypatch: pytest.Monkey
         # Room for 3 failures per wave lets a batch hold all 4 wave-2 hosts (budget + 1).
         budgets={"per_wave": {"max_failed": 3}, "total": {"max_failed": 3}})
     # Piped, as in CI: one JSON progress object per line, read as each one arrives.
+    # A stamp's phases last a few seconds each, so the heartbeat is the shortest allowed:
+    # at 5 s, CI's faster machine finished every phase before its first beat was due.
     started = lab.popen("start", str(plan), "--id", "happy-1", "--log-format", "json",
-                        "--heartbeat", "5")
+                        "--heartbeat", "1")
     assert started.stdout is not None
     arrived: list[tuple[float, str]] = []
     for line in started.stdout:
