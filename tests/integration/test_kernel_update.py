@@ -3,7 +3,8 @@
 One VM of class lab-vm, started from the session's lab-vm golden image (built by Packer with
 the same roles apply-class runs; tests/integration/conftest.py), boots the pinned 6.1.0-55
 kernel under qemu. In order:
-- the image brought the class's DKMS module (vpoll) built for the pin;
+- it booted the image's own kernel, and the image brought the class's DKMS module (vpoll)
+  built for the pin, with the manifest the build recorded;
 - a target given both ways (from the class and as extra vars) is refused before any change;
 - kernel-update reboots into 57 with vpoll rebuilt and loaded, taking its target from lab-vm
   version 2 as the example rollout does;
@@ -109,10 +110,29 @@ def _update(vm: Vm, *extra: str) -> tuple[int, dict[str, Any]]:
                    classes=NEW_CLASS_DIR)
 
 
-def test_golden_image_host_has_the_class_dkms_module(vm: Vm) -> None:
+def test_golden_image_host_boots_its_kernel_and_loads_the_class_dkms_module(
+        vm: Vm, golden: GoldenImages) -> None:
+    """The lab-vm image's own host (test_image.py asserts on the same build): the VM booted
+    the kernel its /boot holds, through the supervisor, with the class's module built for it
+    and the manifest the image recorded."""
+    name = image_name(PIN.name, PIN.version)
+    assert vm.host.node_class == PIN.name and vm.host.image.startswith(f"{name}@")
+    assert vm.boots()[0]["kernel"] == f"vmlinuz-{OLD}"
     assert f"{MODULE}/{PIN.dkms[0].version}, {OLD}, x86_64: installed" in vm.ssh("dkms status")
+    vm.ssh(f"modprobe {MODULE}")
+    assert MODULE in vm.ssh("lsmod").split()
+    built = golden.manifests[name]
+    assert vm.ssh(f"modinfo -F version {MODULE}") == built["verified"]["modinfo"][MODULE]
     manifest = json.loads(vm.ssh("cat /etc/fleetgate/manifest.json"))
+    assert manifest == node_part(built) == json.loads(
+        (golden.root / name / "image-manifest.json").read_text())
     assert manifest["class_version"] == PIN.version and manifest["drift"] == []
+    # First boot made the machine its own: a new machine-id, the lab's host key in use.
+    assert len(vm.ssh("cat /etc/machine-id")) == 32
+    # The lab disk masks housekeeping that would race the updates below for CPU and the dpkg
+    # lock (lab/vm_hosts.py); the image itself is unchanged.
+    assert vm.ssh("systemctl is-enabled apt-daily.timer e2scrub_reap.service || true").split(
+        ) == ["masked", "masked"]
 
 
 def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:

@@ -35,6 +35,13 @@ DISK_SIZE = "4G"
 LAB_INITRAMFS_CONF = "etc/initramfs-tools/conf.d/fleetgate-lab.conf"
 LAB_INITRAMFS_TEXT = ("# fleetgate lab VM (emulated, virtio only)\nMODULES=dep\n"
                       "COMPRESS=gzip\nCOMPRESSLEVEL=1\n")
+# Housekeeping that a lab VM's disk masks. Under TCG the ext4 scrub costs 7 s of every boot,
+# and apt's daily jobs, once their timers come due, run apt-get for minutes and hold the dpkg
+# lock that a kernel update under test waits on. A lab disk is thrown away with its lab, so
+# nothing is lost; real hosts keep them (this is written into lab disks only).
+LAB_MASKED_UNITS = ("e2scrub_reap.service", "e2scrub_all.timer", "apt-daily.timer",
+                    "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "fstrim.timer")
+
 
 def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
     """Build this VM's disk: cached rootfs (or a golden image's rootfs tar) + its own hostname,
@@ -61,6 +68,11 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None
         initramfs_conf = staging / LAB_INITRAMFS_CONF
         initramfs_conf.parent.mkdir(parents=True, exist_ok=True)
         initramfs_conf.write_text(LAB_INITRAMFS_TEXT)
+        units = staging / "etc" / "systemd" / "system"
+        units.mkdir(parents=True, exist_ok=True)
+        for unit in LAB_MASKED_UNITS:
+            (units / unit).unlink(missing_ok=True)
+            (units / unit).symlink_to("/dev/null")
         if host.image_id is not None:
             record = staging / IMAGE_ID_FILE.lstrip("/")
             record.parent.mkdir(parents=True, exist_ok=True)

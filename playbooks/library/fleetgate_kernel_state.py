@@ -1,0 +1,1 @@
+../../roles/kernel_pin/library/fleetgate_kernel_state.py
