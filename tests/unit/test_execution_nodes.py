@@ -17,13 +17,16 @@ import yaml
 
 from fleetgate.errors import BadInput
 from fleetgate.lab import inventory as lab_inventory
-from fleetgate.rollout import execution_nodes
+from fleetgate.rollout import execution_nodes, worker
+from fleetgate.rollout.journal import Journal
+from fleetgate.rollout.lease import Lease
 from fleetgate.rollout.plan import EXEC_NODES_GROUP, RolloutPlan, load_plan
 from fleetgate.rollout.waves import Host
 from fleetgate.runner import ansible, remote
 from fleetgate.runner.inventory import Inventory
 from fleetgate.system import recipes
 from tests.conftest import REPO, fleetgate
+from tests.privacy import assert_private_tree, find_secret
 
 BASE: dict[str, Any] = {
     "name": "unit-exec",
@@ -257,3 +260,42 @@ def test_a_node_that_goes_away_leaves_every_host_unreachable(
     assert {h: v.outcome for h, v in r.hosts.items()} == {"a1": "unreachable",
                                                           "a2": "unreachable"}
     assert re.search(r"execution node x1: the job did not start \(ssh exit 255", r.error), r.error
+
+
+def test_a_secret_var_reaches_the_node_but_nothing_the_controller_keeps(
+        tmp_path: Path, node_home: Path) -> None:
+    secret = "s3cr3t-exec-node-token"
+    pb = tmp_path / "leak" / "leak.yml"
+    pb.parent.mkdir()
+    pb.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "print it", "ansible.builtin.debug": {"msg": "token {{ tok }}"}},
+        {"name": "use it", "ansible.builtin.shell": f"echo {{{{ tok }}}} > {tmp_path}/got"}]}]))
+    r = ansible.run(inventory=_inventory(tmp_path), playbook=pb, limit="a1", forks=1,
+                    runs_base=tmp_path / "runs", timeout=60, on_remote=_job(),
+                    secrets={"tok": secret})
+    assert r.ok, (r.status, r.error)
+    assert (tmp_path / "got").read_text().strip() == secret  # the play had the value
+    assert find_secret(tmp_path / "runs", secret) == []
+    assert_private_tree(tmp_path / "runs")
+    assert not (node_home / remote.JOBS_DIR / "apply-0123abcd").exists()
+
+
+def test_a_worker_without_the_rollouts_current_lease_never_touches_the_remote_job(
+        tmp_path: Path, node_home: Path) -> None:
+    journal = Journal(tmp_path / "journal.db")
+    lease = Lease(journal, "unit-exec-1", ["rollout:unit-exec-1"])
+    lease.acquire()
+    bdir = tmp_path / "batch"
+    bdir.mkdir()
+    spec = worker.BatchSpec(
+        rollout_id="unit-exec-1", batch_id="apply-0123abcd", wave=1,
+        journal=str(journal.path), inventory=str(tmp_path / "inv.yml"),
+        playbook=str(_playbook(tmp_path)), limit="a1", forks=1, timeout=60,
+        execution_node=remote.RemoteNode(name="x1", address="127.0.0.1"),
+        lease_token="a-controller-that-lost-it")
+    (bdir / worker.SPEC).write_text(spec.model_dump_json())
+    for attach in (False, True):
+        worker.run_batch(bdir, attach=attach)
+        assert worker.read_result(bdir) is None
+    assert not (node_home / remote.JOBS_DIR).exists()
+    lease.release()

@@ -232,6 +232,8 @@ def _run(
                 signal.signal(sig, prev)
             vars_file.unlink(missing_ok=True)
             _trim_command_artifact(run_dir, envvars)
+            if on_remote is not None:
+                _redact_returned(run_dir)
             private_tree(run_dir)
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
@@ -263,6 +265,18 @@ def _run(
                    for h, v in hosts.items()}}, indent=2))
     return RunResult(status=str(r.status), rc=rc, run_dir=run_dir, hosts=hosts,
                      error=errors[-1] if errors else "")
+
+
+def _redact_returned(run_dir: Path) -> None:
+    """A node's stdout and stderr come back whole in the artifacts' zip, written there before
+    any redactor saw them (a local run's stdout is written after the event handler masked the
+    event it comes from)."""
+    for path in [*run_dir.glob("artifacts/*/stdout"), *run_dir.glob("artifacts/*/stderr")]:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        path.write_text(redact.text(text), encoding="utf-8")
 
 
 def _stdout_errors(run_dir: Path) -> list[str]:

@@ -205,7 +205,6 @@ class RemoteRun:
     status: str
     rc: int | None
     lost: str = ""  # why the stream broke off: the node (or the way to it) is gone
-    never_started: bool = False
     stats: None = None  # as ansible-runner's Runner; the stats event is what counts
 
 
@@ -223,7 +222,6 @@ class _Follow:
         self.offset = 0
         self.lost = ""
         self.refused = ""
-        self.never_started = False
         self.proc: subprocess.Popen[bytes] | None = None
         self.err: IO[bytes] | None = None
         self._open()
@@ -254,8 +252,7 @@ class _Follow:
             self.refused = why
             return False
         if rc == NEVER_STARTED:
-            self.never_started = True
-            self.lost = why
+            self.lost = f"execution node {self.job.node.name}: {why}"
             return False
         for _ in range(RETRIES):
             if time.monotonic() > self.deadline:
@@ -376,11 +373,10 @@ def transmit(kwargs: Mapping[str, Any], inv: Inventory, playbook: Path,
                    if k in REMOTE_ENV_KEYS}
         # Secret values travel inside the payload (the node runs the play), never on an argv.
         extravars = {**dict(kwargs.get("extravars") or {}), **dict(secrets)}
-        t = interface.run(streamer="transmit", _output=out, private_data_dir=str(pdd),
-                          playbook=name, ident=kwargs["ident"], limit=kwargs.get("limit"),
-                          timeout=kwargs.get("timeout"), envvars=envvars, extravars=extravars,
-                          fact_cache_type="memory", quiet=True)
-        del t
+        interface.run(streamer="transmit", _output=out, private_data_dir=str(pdd),
+                      playbook=name, ident=kwargs["ident"], limit=kwargs.get("limit"),
+                      timeout=kwargs.get("timeout"), envvars=envvars, extravars=extravars,
+                      fact_cache_type="memory", quiet=True)
 
 
 def _start(job: RemoteJob, payload: IO[bytes]) -> None:
@@ -440,9 +436,8 @@ def run(job: RemoteJob, kwargs: Mapping[str, Any], *, inv: Inventory, playbook: 
     finally:
         follow.close()
     if follow.refused:
-        return RemoteRun(status="error", rc=None, lost=follow.refused)
-    if follow.never_started:
-        return RemoteRun(status="error", rc=None, lost=follow.lost, never_started=True)
+        return RemoteRun(status="error", rc=None,
+                         lost=f"execution node {job.node.name}: {follow.refused}")
     if follow.lost or p.status == "error":
         return RemoteRun(status="error", rc=None, lost=follow.lost or str(
             status.get("job_explanation") or "the job's stream ended without its end"))
