@@ -16,7 +16,10 @@ import pytest
 import yaml
 
 from fleetgate.errors import BadInput
+from fleetgate.lab import fleet
 from fleetgate.lab import inventory as lab_inventory
+from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.state import LabHost, LabState, load_state, save_state
 from fleetgate.rollout import execution_nodes, worker
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.lease import Lease
@@ -299,3 +302,18 @@ def test_a_worker_without_the_rollouts_current_lease_never_touches_the_remote_jo
         assert worker.read_result(bdir) is None
     assert not (node_home / remote.JOBS_DIR).exists()
     lease.release()
+
+
+def test_a_lab_execution_node_takes_no_fault_that_would_reach_the_machines_network(
+        tmp_path: Path) -> None:
+    paths = LabPaths(tmp_path / "lab")
+    node = LabHost(name="lab-x01", kind="container", node_class="lab-cpu", port=2222, rack="",
+                   zone="", pool="", image="img", runtime_name="fgxxxxxx-lab-x01")
+    host = node.model_copy(update={"name": "lab-c01", "port": 2223, "zone": "zone-a"})
+    save_state(paths.state, LabState(lab_id=paths.lab_id, hosts=[host], execution_nodes=[node]))
+    for kind in ("cut-network", "hang-probe", "nccl-bad-nic", "drift-package"):
+        with pytest.raises(BadInput, match="an execution node takes only stop or throttle-cpu"):
+            fleet.fault(paths, "lab-x01", kind)  # type: ignore[arg-type]
+    inv = lab_inventory.inventory_dict(paths, load_state(paths.state) or LabState(lab_id="x"))
+    assert inv["all"]["children"][EXEC_NODES_GROUP] == {"hosts": {"lab-x01": None}}
+    assert "fleetgate_class" not in inv["all"]["hosts"]["lab-x01"]  # never a rollout target
