@@ -147,11 +147,11 @@ def start_script(job: str, owner: str) -> str:
     job, owner = _checked(job, owner)
     base = f'"$HOME/{JOBS_DIR}"'
     return (
-        f"set -eu; umask 077; mkdir -p {base}; d={base}/{job}; "
-        f'cat > "$d.payload"; '
-        f'if ! mkdir "$d" 2>/dev/null; then rm -f "$d.payload"; {_owner_check(job, owner)}'
+        f"set -eu; umask 077; mkdir -p {base}; d={base}/{job}; p=\"$d.payload.$$\"; "
+        'cat > "$p"; '
+        f'if ! mkdir "$d" 2>/dev/null; then rm -f "$p"; {_owner_check(job, owner)}'
         f"echo exists; exit 0; fi; "
-        f'printf "%s\\n" {owner} > "$d/owner"; mv "$d.payload" "$d/payload"; '
+        f'printf "%s\\n" {owner} > "$d/owner"; mv "$p" "$d/payload"; '
         "setsid sh -c 'echo $$ > \"$1/pid\"; "
         "ansible-runner worker --private-data-dir \"$1/work\" < \"$1/payload\" "
         "> \"$1/stream\" 2> \"$1/worker.err\"; echo $? > \"$1/rc.tmp\"; "
