@@ -73,6 +73,7 @@ SLOW_FIRST = (
     "integration/test_nvidia_dkms.py",
     "integration/test_smoke.py",
     "integration/test_slurm_drain.py",
+    "integration/test_execution_nodes.py",
     "integration/test_bad_inputs.py",
     "integration/test_bad_blas.py",
     "integration/test_judge.py",

@@ -35,6 +35,7 @@ def _lab(
     "fleetgate lab up --containers 4",
     "fleetgate lab --lab-dir /tmp/lab up --containers 8",
     "fleetgate lab up --containers 3 --slurm",
+    "fleetgate lab up --containers 12 --execution-nodes 2",
 ], "0 ok, 2 bad input, 3 the lab could not be brought up")
 def up(
     ctx: typer.Context,
@@ -59,6 +60,11 @@ def up(
         help="Make the container hosts a Slurm cluster (Debian's Slurm 22.05 with MUNGE): "
              "slurmctld on the first, slurmd on each; the inventory marks them "
              "fleetgate_slurm_node / fleetgate_slurm_controller.")] = False,
+    execution_nodes: Annotated[int, typer.Option(
+        "--execution-nodes", min=0, max=9,
+        help="Also start N execution nodes (lab-x01...): ansible-runner workers a plan's "
+             "`execution` section sends batches to; inventory group "
+             "fleetgate_execution_nodes.")] = 0,
 ) -> None:
     """Start N container hosts and M VM hosts, wait for SSH on each, write the inventory."""
     paths: LabPaths = ctx.obj
@@ -73,8 +79,12 @@ def up(
                      container_image=imgs.container_image,
                      container_image_id=imgs.container_image_id, vm_rootfs=imgs.vm_rootfs,
                      vm_image=imgs.vm_image, vm_image_id=imgs.vm_image_id,
-                     with_slurm=with_slurm, note=_progress)
-    ui.console.print(f"lab up: {len(state.hosts)} host(s); inventory {paths.inventory}"
+                     with_slurm=with_slurm, execution_nodes=execution_nodes,
+                     note=_progress)
+    ui.console.print(f"lab up: {len(state.hosts)} host(s)"
+                     + (f", {len(state.execution_nodes)} execution node(s)"
+                        if state.execution_nodes else "")
+                     + f"; inventory {paths.inventory}"
                      + (f"; Slurm controller {state.slurm.controller}" if state.slurm else ""))
 
 

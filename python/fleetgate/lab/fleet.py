@@ -114,10 +114,13 @@ def up(
     vm_image: str | None = None,
     vm_image_id: str | None = None,
     with_slurm: bool = False,
+    execution_nodes: int = 0,
     note: Callable[[str], None] = lambda _msg: None,
 ) -> LabState:
     """Bring a lab up; `note` gets one line per stage (images, each host started, each host
     answering SSH, the Slurm cluster) and a line every WAIT_NOTE_S while hosts boot."""
+    if execution_nodes < 0 or execution_nodes > 9:
+        raise BadInput("give 0 to 9 execution nodes", source="--execution-nodes")
     if containers < 0 or vms < 0 or containers + vms == 0:
         raise BadInput("need at least one host, and no negative counts", source="--containers")
     if with_slurm and containers == 0:
@@ -142,13 +145,13 @@ def up(
     with log_to(paths.root.parent / f"{paths.root.name}.up.log") as log:
         note(f"log (podman, mmdebstrap, qemu tools): {log}")
         return _up(paths, containers, vms, cnc, vnc, (container_image, container_image_id),
-                   (vm_rootfs, vm_image, vm_image_id), with_slurm, note)
+                   (vm_rootfs, vm_image, vm_image_id), with_slurm, note, execution_nodes)
 
 
 def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeClass,
         container: tuple[str | None, str | None],
         vm: tuple[Path | None, str | None, str | None],
-        with_slurm: bool, note: Callable[[str], None]) -> LabState:
+        with_slurm: bool, note: Callable[[str], None], execution_nodes: int = 0) -> LabState:
     """`container`: (podman ref, image id) of a golden image for the container hosts;
     `vm`: (rootfs tar, image key, image id) of one for the VM hosts."""
     container_image, container_image_id = container
@@ -173,7 +176,17 @@ def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeCla
             for h in planned:
                 h.image_id = vm_image_id
             state.hosts += planned
-        write_known_hosts(paths, {h.port: host_key(paths, h.name) for h in state.hosts})
+        if execution_nodes:
+            t0 = time.monotonic()
+            ximage = container_hosts.ensure_execution_node_image(podman, cnc)
+            note(f"execution-node image {ximage} ready ({time.monotonic() - t0:.0f}s)")
+            state.execution_nodes = [LabHost(
+                name=f"lab-x{i + 1:02d}", kind="container", node_class=cnc.name,
+                port=free_port(ports), rack="", zone="", pool="", image=ximage,
+                runtime_name=container_hosts.container_name(paths, f"lab-x{i + 1:02d}"))
+                for i in range(execution_nodes)]
+        write_known_hosts(paths, {h.port: host_key(paths, h.name)
+                                  for h in [*state.hosts, *state.execution_nodes]})
         save_state(paths.state, state)
         for h in state.hosts:
             if h.kind == "container":
@@ -183,8 +196,12 @@ def _up(paths: LabPaths, containers: int, vms: int, cnc: NodeClass, vnc: NodeCla
                 h.supervisor_pid = vm_hosts.start_vm(paths, h)
             save_state(paths.state, state)
             note(f"{h.name} started ({h.kind}, {h.node_class}, ssh port {h.port})")
+        for x in state.execution_nodes:
+            container_hosts.start_execution_node(podman, paths, x, state.control_dir)
+            save_state(paths.state, state)
+            note(f"{x.name} started (execution node, ssh port {x.port})")
         write_inventory(paths, state)
-        _wait_all(paths, state.hosts, note)
+        _wait_all(paths, [*state.hosts, *state.execution_nodes], note)
         if with_slurm:
             t0 = time.monotonic()
             state.slurm = slurm.start(podman, paths,
@@ -241,7 +258,7 @@ def status(paths: LabPaths) -> list[HostStatus]:
         return HostStatus(h, running, reachable)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(one, state.hosts))
+        return list(pool.map(one, [*state.hosts, *state.execution_nodes]))
 
 
 def down(paths: LabPaths) -> list[str]:
@@ -268,9 +285,17 @@ def down(paths: LabPaths) -> list[str]:
     return removed
 
 
+# An execution node shares the machine's network namespace: a network cut there would cut
+# the whole machine, so only faults that stay inside its container apply.
+EXEC_NODE_FAULTS = ("stop", "throttle-cpu")
+
+
 def fault(paths: LabPaths, host_name: str, kind: FaultKind) -> LabHost:
     state = require_state(paths)
     host = state.host(host_name)
+    if host in state.execution_nodes and kind not in EXEC_NODE_FAULTS:
+        raise BadInput(f"an execution node takes only {' or '.join(EXEC_NODE_FAULTS)} (it "
+                       "shares the machine's network)", source=host_name, field="fault")
     inject(paths, Podman(paths.containers_conf), host, kind)
     save_state(paths.state, state)
     return host

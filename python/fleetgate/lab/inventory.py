@@ -16,6 +16,8 @@ from fleetgate.lab.keys import ssh_options
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import LabState
 
+EXEC_NODES_GROUP = "fleetgate_execution_nodes"  # rollout/plan.py reads the same group
+
 
 def class_group(name: str) -> str:
     return "class_" + name.replace("-", "_")
@@ -42,6 +44,10 @@ def inventory_dict(paths: LabPaths, state: LabState) -> dict[str, Any]:
             groups.append("slurm_nodes")
         for group in groups:
             children.setdefault(group, {"hosts": {}})["hosts"][h.name] = None
+    for x in state.execution_nodes:
+        # No class and no pool: a node runs batches, it is never a rollout's target.
+        hosts[x.name] = {"ansible_host": "127.0.0.1", "ansible_port": x.port}
+        children.setdefault(EXEC_NODES_GROUP, {"hosts": {}})["hosts"][x.name] = None
     common_args = " ".join(ssh_options(paths)[2:])
     if state.control_dir:
         common_args += f" -o ControlPath={state.control_dir}/%C"

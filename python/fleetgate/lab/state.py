@@ -59,12 +59,14 @@ class LabState(BaseModel):
     control_dir: str | None = None
     hosts: list[LabHost] = Field(default_factory=list)
     slurm: SlurmCluster | None = None
+    # `lab up --execution-nodes N`: ansible-runner workers, not rollout targets.
+    execution_nodes: list[LabHost] = Field(default_factory=list)
 
     def host(self, name: str) -> LabHost:
-        for h in self.hosts:
+        for h in [*self.hosts, *self.execution_nodes]:
             if h.name == name:
                 return h
-        known = ", ".join(h.name for h in self.hosts) or "none"
+        known = ", ".join(h.name for h in [*self.hosts, *self.execution_nodes]) or "none"
         raise BadInput(f"no such lab host (hosts: {known})", source="HOST", field=name)
 
 

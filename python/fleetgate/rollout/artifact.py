@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from fleetgate.errors import BadInput, validation_error
 from fleetgate.inputs import read_input
-from fleetgate.rollout import artifact_mac, budgets, signing
+from fleetgate.rollout import artifact_mac, budgets, execution_nodes, signing
 from fleetgate.rollout.plan import (
     RolloutPlan,
     check_plan,
@@ -42,6 +42,7 @@ from fleetgate.rollout.plan import (
 )
 from fleetgate.rollout.waves import HOST_RE, Assignment, Host, assign, resolve_hosts
 from fleetgate.runner.ansible import state_dir
+from fleetgate.runner.inventory import resolve_inventory
 from fleetgate.runner.private_state import write_private
 from fleetgate.site import current_site
 
@@ -131,6 +132,15 @@ def _derive(plan: RolloutPlan, hosts: dict[str, Host], *, source: Path, prefix: 
     }
 
 
+def _hosts(plan: RolloutPlan, inv: Path, *, source: Path, prefix: str) -> dict[str, Host]:
+    """The plan's hosts, and its execution nodes checked against them and the inventory."""
+    hosts = resolve_hosts(plan, inv)
+    if plan.execution is not None:
+        execution_nodes.check(plan, hosts, resolve_inventory(inv), source=source,
+                              prefix=prefix)
+    return hosts
+
+
 def _body(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "mac"}
 
@@ -144,7 +154,8 @@ def build(plan_file: Path, inventory: Path | None) -> dict[str, Any]:
         "inventory": str(inv),
         "planned_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "plan": plan.model_dump(mode="json", by_alias=True),
-        **_derive(plan, resolve_hosts(plan, inv), source=plan_file, prefix=""),
+        **_derive(plan, _hosts(plan, inv, source=plan_file, prefix=""), source=plan_file,
+                  prefix=""),
     }
     doc["hash"] = hashlib.sha256(artifact_mac.canonical(doc)).hexdigest()[:16]
     doc["mac"] = artifact_mac.mac(doc)
@@ -269,7 +280,7 @@ def check(doc: dict[str, Any], path: Path) -> Artifact:
     if fingerprint(hosts) != art.hosts_fingerprint:
         raise BadInput("does not match the artifact's hosts", source=path,
                        field="hosts_fingerprint")
-    live = resolve_hosts(plan, inv)
+    live = _hosts(plan, inv, source=path, prefix="plan.")
     live_doc = _hosts_doc(Assignment([], live))
     if live_doc != hosts:
         added = sorted(set(live_doc) - set(hosts))

@@ -22,6 +22,7 @@ from fleetgate.rollout import (
     before,
     budgets,
     canary_gate,
+    execution_nodes,
     gates,
     image_change,
     measure,
@@ -471,24 +472,46 @@ class Controller:
                ) -> dict[str, dict[str, Any]] | None:
         """Run one worker for `hosts` and wait for it; host -> outcome (None: no result).
         The artifact's paths are checked again here, as at planning: the site's tree may have
-        changed since (a playbook moved out, a symlink planted)."""
+        changed since (a playbook moved out, a symlink planted). With execution nodes, one
+        worker per node the hosts map to, all started before any is waited for: each node
+        runs its zone's part of the batch at the same time."""
         where = f"rollout {self.rid} (its plan artifact)"
         playbook = playbook_path(playbook_rel, source=where, field=f"{kind}.playbook")
         classes_dir = (classes_path(classes, source=where, field=f"{kind}.classes")
                        if classes else None)
+        spec: dict[str, Any] = {
+            "rollout_id": self.rid, "wave": k, "journal": str(self.j.path),
+            "inventory": str(self.inventory), "playbook": str(playbook),
+            "extravars": extravars, "timeout": timeout, "secret_vars": dict(secrets or {}),
+            "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {}}
+        ex = self.plan.execution
+        groups: dict[str | None, list[str]] = {None: hosts}
+        if ex is not None:
+            groups = {n: g for n, g in execution_nodes.by_node(ex, self.a.hosts, hosts).items()}
+        running = [(group, *self._spawn_batch(kind, group, k, spec, node))
+                   for node, group in groups.items()]
+        merged: dict[str, dict[str, Any]] | None = None
+        for group, bid, bdir, pid in running:
+            doc = worker.wait(bdir, spawned_pid=pid)
+            self._close_batch(bid, k, bdir, doc)
+            out = self._outcomes(doc, group)
+            if out is not None:
+                # A part without a result leaves its hosts out: "no result for the host".
+                merged = {**(merged or {}), **out}
+        return merged
+
+    def _spawn_batch(self, kind: str, hosts: list[str], k: int, spec: dict[str, Any],
+                     node: str | None) -> tuple[str, Path, int]:
+        remote = (execution_nodes.remote_node(self.inventory, node).model_dump()
+                  if node is not None else None)
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
         bdir = private_dirs(self.dir / "batches" / bid)
-        self.j.start_batch(bid, self.rid, k, kind, hosts, bdir)
+        self.j.start_batch(bid, self.rid, k, kind, hosts, bdir, node=node)
         pid = worker.spawn(bdir, {
-            "rollout_id": self.rid, "batch_id": bid, "wave": k, "journal": str(self.j.path),
-            "inventory": str(self.inventory), "playbook": str(playbook),
-            "limit": ",".join(hosts), "extravars": extravars, "forks": len(hosts),
-            "timeout": timeout, "secret_vars": dict(secrets or {}),
-            "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {}})
+            **spec, "batch_id": bid, "limit": ",".join(hosts), "forks": len(hosts),
+            "execution_node": remote, "lease_token": self.lease.token})
         self.j.batch_spawned(bid, self.rid, pid)
-        doc = worker.wait(bdir, spawned_pid=pid)
-        self._close_batch(bid, k, bdir, doc)
-        return self._outcomes(doc, hosts)
+        return bid, bdir, pid
 
     @staticmethod
     def _outcomes(doc: dict[str, Any] | None, hosts: list[str]
@@ -509,6 +532,9 @@ class Controller:
         for leftover in bdir.glob(f"runs/*/{SECRET_VARS_FILE}"):
             leftover.unlink(missing_ok=True)
         summary: dict[str, Any] = {"dir": str(bdir)}
+        pointer = worker.remote_pointer(bdir)
+        if pointer is not None:
+            summary["execution_node"] = pointer["node"]
         if doc is None:
             summary["error"] = "the worker ended without a result"
         else:

@@ -445,14 +445,17 @@ class Journal:
     # ----------------------------------------------------------------------------- batches
 
     def start_batch(self, bid: str, rid: str, wave: int, kind: str, hosts: list[str],
-                    bdir: Path) -> None:
+                    bdir: Path, *, node: str | None = None) -> None:
+        """`node`: the execution node that runs it (none: this machine)."""
+        extra = {"execution_node": node} if node else {}
         with self.tx() as db:
             db.execute("INSERT INTO batches(id, rollout_id, wave, kind, hosts, dir, state,"
                        " started_at) VALUES (?,?,?,?,?,?,?,?)",
                        (bid, rid, wave, kind, json.dumps(hosts), str(bdir), "started",
                         time.time()))
             self._event(db, rid, "batch", None, wave, {"batch": bid, "kind": kind,
-                                                       "hosts": hosts, "state": "started"})
+                                                       "hosts": hosts, "state": "started",
+                                                       **extra})
 
     def batch_spawned(self, bid: str, rid: str, pid: int) -> None:
         """The worker exists: from here on its hosts count one more application."""

@@ -410,6 +410,28 @@ class Rollback(Change):
         return self
 
 
+# An execution node's inventory name: it reaches --limit-free ssh argv and file names.
+EXEC_NODE_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+EXEC_NODES_GROUP = "fleetgate_execution_nodes"
+ExecNodeName = Annotated[str, StringConstraints(pattern=EXEC_NODE_RE)]
+DomainValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class Execution(_Strict):
+    """Which execution node runs a host's batches: its value of one failure domain picks the
+    node (`nodes`: domain value -> a member of the inventory group fleetgate_execution_nodes).
+    Per domain, so that losing one node halts one zone's batches, not the rollout's."""
+
+    domain: DomainKey = "zone"
+    nodes: dict[DomainValue, ExecNodeName]
+
+    @model_validator(mode="after")
+    def _some(self) -> Execution:
+        if not self.nodes:
+            raise ValueError("nodes must map at least one domain value to an execution node")
+        return self
+
+
 class RolloutPlan(_Strict):
     name: PlanName
     description: str = ""
@@ -428,6 +450,8 @@ class RolloutPlan(_Strict):
     # Canary analysis: canaries' smoke metrics against baseline hosts (or themselves before
     # the change), judged per metric; see rollout/canary.py.
     canary: CanarySection | None = None
+    # Batches run on execution nodes (ansible-runner worker over SSH) instead of here.
+    execution: Execution | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RolloutPlan:

@@ -27,7 +27,9 @@ def reconcile(ctl: Controller) -> None:
                                          "open_batches": [b["id"] for b in open_batches]})
     # The host state read below must be the state live workers leave, not a midpoint.
     for b in open_batches:
-        worker.wait(b["dir"], grace_s=10)
+        # A remote batch whose local worker died too is followed again on its node: the
+        # stream is kept there, so the job is collected, never started a second time.
+        worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10)
     states: dict[str, dict[str, Any] | None] = {}
     if inflight:
         targets = [ctl.plan.change.target]
@@ -109,15 +111,22 @@ def applied_in_journal(ctl: Controller, h: str) -> bool:
 
 def rejoin(ctl: Controller, kind: str, hosts: list[str]
             ) -> tuple[bool, dict[str, dict[str, Any]] | None]:
-    """After a crash: the open batch of `kind` that holds these hosts, waited for and
-    closed. (found, its result or None when its worker died without one)."""
-    for b in ctl.j.open_batches(ctl.rid):
-        if b["kind"] == kind and set(b["hosts"]) >= set(hosts):
-            ctl.log(f"re-joining {kind} batch {b['id']} ({', '.join(b['hosts'])})")
-            doc = worker.wait(b["dir"], grace_s=10)
-            if b["pid"] is None and worker.pid_of(b["dir"]) is not None:
-                # Spawned just before the crash, before its pid was committed.
-                ctl.j.batch_spawned(b["id"], ctl.rid, worker.pid_of(b["dir"]) or 0)
-            ctl._close_batch(b["id"], b["wave"], b["dir"], doc)
-            return True, ctl._outcomes(doc, hosts)
-    return False, None
+    """After a crash: the open batch of `kind` that holds these hosts (with execution nodes,
+    the open batches, one per node, that hold them together), waited for and closed.
+    (found, the results, or None when no worker left one)."""
+    mine = [b for b in ctl.j.open_batches(ctl.rid)
+            if b["kind"] == kind and set(b["hosts"]) & set(hosts)]
+    if not mine or not set(hosts) <= {h for b in mine for h in b["hosts"]}:
+        return False, None
+    merged: dict[str, dict[str, Any]] | None = None
+    for b in mine:
+        ctl.log(f"re-joining {kind} batch {b['id']} ({', '.join(b['hosts'])})")
+        doc = worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10)
+        if b["pid"] is None and worker.pid_of(b["dir"]) is not None:
+            # Spawned just before the crash, before its pid was committed.
+            ctl.j.batch_spawned(b["id"], ctl.rid, worker.pid_of(b["dir"]) or 0)
+        ctl._close_batch(b["id"], b["wave"], b["dir"], doc)
+        out = ctl._outcomes(doc, hosts if len(mine) == 1 else b["hosts"])
+        if out is not None:
+            merged = {**(merged or {}), **out}
+    return True, merged

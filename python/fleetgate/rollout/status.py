@@ -37,7 +37,7 @@ FLEET_STATES = {
 DEFAULT_HISTORY_KINDS = ("rollout", "started", "host", "canary", "approval_needed", "approve",
                          "abort", "reconcile", "reconcile_host", "soak", "baseline", "gate_retry")
 HISTORY_KINDS = (*DEFAULT_HISTORY_KINDS, "batch", "smoke", "hoststate", "ansible",
-                 "lease", "notify_error", "listener_error")
+                 "lease", "notify_error", "listener_error", "remote_job")
 
 
 def summary(j: Journal, rid: str) -> dict[str, Any]:

@@ -51,6 +51,8 @@ def resolve_hosts(plan: RolloutPlan, inventory: Path) -> dict[str, Host]:
     keys = set(plan.waves.diversity)
     if plan.budgets.per_domain is not None:
         keys.add(plan.budgets.per_domain.key)
+    if plan.execution is not None:
+        keys.add(plan.execution.domain)  # it picks each host's execution node
     hosts: dict[str, Host] = {}
     for name in sorted(hostvars):
         if not HOST_RE.fullmatch(name):

@@ -25,17 +25,22 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleetgate.errors import validation_error
+from fleetgate.errors import FleetgateError, validation_error
 from fleetgate.inputs import read_input
 from fleetgate.rollout.journal import Journal
-from fleetgate.runner import ansible, redact, secret_vars
+from fleetgate.runner import ansible, redact, remote, secret_vars
 from fleetgate.runner.ansible import HostOutcome
 from fleetgate.runner.private_state import PRIVATE_UMASK, write_private
+from fleetgate.runner.remote import RemoteJob, RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
 
 SPEC = "spec.json"
 PIDFILE = "worker.pid"
 RESULT = "result.json"
+REMOTE = "remote.json"  # the pointer to a batch's job on its execution node, nothing more
+# Beyond the batch's own timeout (which the node's ansible-runner enforces): SSH, transmit,
+# and the artifacts coming back.
+REMOTE_SLACK_S = 300
 
 
 class BatchSpec(BaseModel):
@@ -56,6 +61,10 @@ class BatchSpec(BaseModel):
     forks: int = Field(ge=1)
     timeout: int = Field(ge=1)
     env: dict[str, str] = Field(default_factory=dict)
+    # Run on this execution node (runner/remote.py) instead of here.
+    execution_node: RemoteNode | None = None
+    # The controller's lease: a worker attaches to a remote job only while it is current.
+    lease_token: str = ""
 
 
 class HostRun(BaseModel):
@@ -129,11 +138,42 @@ def _proc_start(pid: int) -> str:
         return ""
 
 
-def run_batch(bdir: Path) -> None:
+def _lease_is(journal: Journal, spec: BatchSpec) -> bool:
+    rows = journal.query("SELECT token FROM leases WHERE scope=?",
+                         (f"rollout:{spec.rollout_id}",))
+    return bool(rows) and rows[0][0] == spec.lease_token
+
+
+def run_batch(bdir: Path, *, attach: bool = False) -> None:
+    """`attach`: the batch's remote job was started by an earlier worker that died; follow it,
+    never start it. A job the node never got leaves no result (the hosts' own state decides,
+    as for a local worker that died before Ansible started)."""
     spec = _read(bdir / SPEC, BatchSpec, "corrupt batch spec")
     (bdir / PIDFILE).write_text(json.dumps({"pid": os.getpid(),
                                             "start": _proc_start(os.getpid())}))
     journal = Journal(Path(spec.journal))
+    job: RemoteJob | None = None
+    if spec.execution_node is not None:
+        job = RemoteJob(spec.execution_node, spec.batch_id, spec.rollout_id,
+                        attach_only=attach, timeout_s=spec.timeout + REMOTE_SLACK_S)
+        if not _lease_is(journal, spec):
+            print(f"batch {spec.batch_id}: the rollout's lease is not this worker's "
+                  "controller's; not touching its remote job", file=sys.stderr)
+            journal.close()
+            return
+        if attach and remote.job_state(job) == "absent":
+            print(f"batch {spec.batch_id}: no job on {job.node.name}; it never started",
+                  file=sys.stderr)
+            journal.close()
+            return
+
+    def job_started() -> None:
+        assert job is not None
+        if not (bdir / REMOTE).exists():
+            remote.write_pointer(bdir / REMOTE, job)
+        journal.event(spec.rollout_id, "remote_job", {
+            "batch": spec.batch_id, "state": "reattached" if attach else "started",
+            **remote.pointer(job)}, wave=spec.wave)
 
     def on_event(event: dict[str, Any]) -> None:
         c = _compact(event)
@@ -148,7 +188,8 @@ def run_batch(bdir: Path) -> None:
         r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
                         limit=spec.limit, extravars=spec.extravars, forks=spec.forks,
                         runs_base=bdir / "runs", on_event=on_event, timeout=spec.timeout,
-                        env=spec.env, secrets=secrets)
+                        env=spec.env, secrets=secrets, on_remote=job,
+                        on_remote_started=job_started)
         doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
                           hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
                                  for h, v in r.hosts.items()})
@@ -161,20 +202,56 @@ def run_batch(bdir: Path) -> None:
     journal.close()
 
 
-def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any]) -> int:
+def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any], *, attach: bool = False) -> int:
     try:
         checked = spec if isinstance(spec, BatchSpec) else BatchSpec.model_validate(spec)
     except ValidationError as exc:
         raise validation_error(exc, bdir / SPEC, what="batch spec") from None
     # Private whatever the caller's umask: the spec names the plan's vars, the log its errors.
     write_private(bdir / SPEC, checked.model_dump_json(indent=2))
-    log = os.fdopen(os.open(bdir / "worker.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-                    "w")
-    proc = subprocess.Popen([sys.executable, "-m", "fleetgate.rollout.worker", str(bdir)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            cwd=bdir)
+    log = os.fdopen(os.open(bdir / "worker.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                            | (0 if attach else os.O_TRUNC), 0o600), "w")
+    argv = [sys.executable, "-m", "fleetgate.rollout.worker", str(bdir)]
+    proc = subprocess.Popen([*argv, "--attach"] if attach else argv, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=bdir)
     log.close()
     return proc.pid
+
+
+def is_remote(bdir: Path) -> bool:
+    """A batch whose job went to an execution node (its pointer, or a spec naming a node)."""
+    if (bdir / REMOTE).exists():
+        return True
+    try:
+        return _read(bdir / SPEC, BatchSpec, "corrupt batch spec").execution_node is not None
+    except (OSError, FleetgateError):
+        return False
+
+
+def remote_pointer(bdir: Path) -> dict[str, Any] | None:
+    try:
+        doc: dict[str, Any] = json.loads((bdir / REMOTE).read_text())
+        return doc
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def reattach(bdir: Path, lease_token: str) -> dict[str, Any] | None:
+    """After a crash that took the batch's worker too: a new worker, under the current lease,
+    follows the remote job the dead one started (or collects it, finished) and leaves its
+    result. None when the node never got the job."""
+    spec = _read(bdir / SPEC, BatchSpec, "corrupt batch spec")
+    pid = spawn(bdir, spec.model_copy(update={"lease_token": lease_token}), attach=True)
+    return wait(bdir, spawned_pid=pid)
+
+
+def wait_or_reattach(bdir: Path, lease_token: str, *, grace_s: float = 10
+                     ) -> dict[str, Any] | None:
+    """wait(), and for a remote batch whose worker is gone without a result, reattach()."""
+    doc = wait(bdir, grace_s=grace_s)
+    if doc is None and is_remote(bdir):
+        doc = reattach(bdir, lease_token)
+    return doc
 
 
 def _pidinfo(bdir: Path) -> dict[str, Any] | None:
@@ -237,14 +314,14 @@ def wait(bdir: Path, *, poll_s: float = 0.5, spawned_pid: int | None = None,
         time.sleep(poll_s)
 
 
-def main(bdir: Path) -> None:
+def main(bdir: Path, *, attach: bool = False) -> None:
     # A worker only writes state: everything it and Ansible create is private, and what it
     # prints (a traceback quoting a variable) is masked on its way to worker.log.
     os.umask(PRIVATE_UMASK)
     sys.stdout = redact.RedactingStream(sys.stdout)
     sys.stderr = redact.RedactingStream(sys.stderr)
-    run_batch(bdir)
+    run_batch(bdir, attach=attach)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), attach=sys.argv[2:] == ["--attach"])

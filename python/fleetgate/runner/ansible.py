@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import ansible_runner
 
-from fleetgate.runner import redact, secret_vars, vault
+from fleetgate.runner import redact, remote, secret_vars, vault
 from fleetgate.runner.inventory import Inventory, Sources, resolve_inventory, validate_limit
 from fleetgate.runner.private_state import private_state_dir, private_tree, private_umask
 from fleetgate.site import content_env, content_root, current_site
@@ -116,17 +116,22 @@ def run(
     env: Mapping[str, str] | None = None,
     cancel: Callable[[], bool] | None = None,
     secrets: Mapping[str, str] | None = None,
+    on_remote: remote.RemoteJob | None = None,
+    on_remote_started: Callable[[], None] = lambda: None,
 ) -> RunResult:
-    """One ansible-runner run. `cancel` is polled to stop the run early; without it,
-    ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's handlers are put
-    back afterwards (ansible-runner installs its own and never restores them). `secrets`:
+    """One ansible-runner run; `on_remote`: on that execution node (runner/remote.py), the
+    events folded here exactly as a local run's. `cancel` is polled to stop the run early;
+    without it, ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's
+    handlers are put back afterwards (ansible-runner installs its own and never restores
+    them). `secrets`:
     extra vars whose values are masked in everything the run keeps (runner/secret_vars.py
     reads them)."""
     with private_umask():
         return _run(inventory=inventory, playbook=playbook, module=module,
                     module_args=module_args, limit=limit, extravars=extravars, forks=forks,
                     runs_base=runs_base, on_event=on_event, timeout=timeout, env=env,
-                    cancel=cancel, secrets=secrets or {})
+                    cancel=cancel, secrets=secrets or {}, on_remote=on_remote,
+                    on_remote_started=on_remote_started)
 
 
 def _run(
@@ -144,7 +149,11 @@ def _run(
     env: Mapping[str, str] | None,
     cancel: Callable[[], bool] | None,
     secrets: Mapping[str, str],
+    on_remote: remote.RemoteJob | None = None,
+    on_remote_started: Callable[[], None] = lambda: None,
 ) -> RunResult:
+    if on_remote is not None and playbook is None:
+        raise ValueError("an execution node runs playbooks only")
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
     # Resolved once per command (and kept): a source Ansible cannot parse is one line of bad
@@ -203,18 +212,28 @@ def _run(
         if cancel is not None:
             kwargs["cancel_callback"] = cancel
         vars_file = run_dir / SECRET_VARS_FILE
-        if secrets:
+        if secrets and on_remote is None:
             secret_vars.write_vars_file(vars_file, secrets)
             kwargs["cmdline"] = f"-e @{shlex.quote(str(vars_file))}"
         saved = ({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
                  if threading.current_thread() is threading.main_thread() else {})
+        lost = ""
         try:
-            r = ansible_runner.run(**kwargs)
+            if on_remote is None:
+                r: Any = ansible_runner.run(**kwargs)
+            else:
+                assert playbook is not None
+                r = remote.run(on_remote, {**kwargs, "ident": on_remote.job}, inv=inv,
+                               playbook=playbook.resolve(), secrets=secrets,
+                               event_handler=handler, on_started=on_remote_started)
+                lost = r.lost
         finally:
             for sig, prev in saved.items():
                 signal.signal(sig, prev)
             vars_file.unlink(missing_ok=True)
             _trim_command_artifact(run_dir, envvars)
+            if on_remote is not None:
+                _redact_returned(run_dir)
             private_tree(run_dir)
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
@@ -233,12 +252,31 @@ def _run(
         for hr in hosts.values():
             if hr.outcome in ("ok", "changed", "skipped"):
                 hr.outcome, hr.message = "failed", reason
+    if lost and limit:
+        # The node (or the way to it) went mid-batch: no host's outcome is known, whatever
+        # events came before; each is unreachable during this run, by today's rules.
+        for name in limit.split(","):
+            hosts[name] = HostResult(name, "unreachable", message=lost,
+                                     task=hosts[name].task if name in hosts else "")
+        errors.append(lost)
     (run_dir / "result.json").write_text(json.dumps(
         {"status": r.status, "rc": r.rc,
          "hosts": {h: {"outcome": v.outcome, "message": v.message, "task": v.task}
                    for h, v in hosts.items()}}, indent=2))
     return RunResult(status=str(r.status), rc=rc, run_dir=run_dir, hosts=hosts,
                      error=errors[-1] if errors else "")
+
+
+def _redact_returned(run_dir: Path) -> None:
+    """A node's stdout and stderr come back whole in the artifacts' zip, written there before
+    any redactor saw them (a local run's stdout is written after the event handler masked the
+    event it comes from)."""
+    for path in [*run_dir.glob("artifacts/*/stdout"), *run_dir.glob("artifacts/*/stderr")]:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        path.write_text(redact.text(text), encoding="utf-8")
 
 
 def _stdout_errors(run_dir: Path) -> list[str]:

@@ -32,6 +32,32 @@ CONTAINER_PACKAGES = (
 # like every recipe) because apt inside each container would cost minutes per lab.
 SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 
+# An execution node (`lab up --execution-nodes N`): no kernel, no probes, but ansible-runner
+# and ansible-core at the controller's pins (requirements.lock; tests/unit keep them equal),
+# installed from PyPI once when the base is built, never per lab. An SSH client too: its
+# Ansible reaches the lab hosts itself.
+ANSIBLE_CORE_VERSION = "2.19.14"
+ANSIBLE_RUNNER_VERSION = "2.4.3"
+RUNNER_VENV = "/opt/fleetgate-runner"
+EXEC_NODE_PACKAGES = ("python3-venv", "openssh-client")
+EXEC_NODE_HOOKS = (
+    *SSHD_HOOKS,
+    f'chroot "$1" python3 -m venv {RUNNER_VENV}',
+    # A clean environment: the build machine's pip settings (a local wheel mirror, a
+    # constraints file) are not part of the recipe and must not shape the image. Only its
+    # trust comes in, for the download and not into the image: the CA bundle that verifies
+    # PyPI from here (a site's TLS proxy signs with its own CA).
+    'cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$1"/tmp/fg-build-ca.crt',
+    f'chroot "$1" env -i PATH=/usr/bin:/bin HOME=/root {RUNNER_VENV}/bin/pip install -q'
+    " --no-cache-dir --disable-pip-version-check --cert /tmp/fg-build-ca.crt"
+    f" ansible-core=={ANSIBLE_CORE_VERSION} ansible-runner=={ANSIBLE_RUNNER_VERSION}",
+    'rm -f "$1"/tmp/fg-build-ca.crt',
+
+    # On the PATH of a non-interactive SSH session, where the controller's ssh runs the worker.
+    f'for t in ansible-runner ansible-playbook ansible ansible-inventory; do'
+    f' ln -s {RUNNER_VENV}/bin/$t "$1"/usr/local/bin/$t; done',
+)
+
 VM_HOOKS = (
     'rm -f "$1"/etc/ssh/ssh_host_*',
     'mkdir -p "$1"/root/.ssh "$1"/etc/systemd/network',
@@ -65,6 +91,12 @@ def slurm_recipe(nc: NodeClass) -> RootfsRecipe:
     base = container_recipe(nc)
     return RootfsRecipe(suite=base.suite, packages=(*base.packages, *SLURM_PACKAGES),
                         hooks=base.hooks)
+
+
+def execution_node_recipe(nc: NodeClass) -> RootfsRecipe:
+    return RootfsRecipe(suite=nc.os.release,
+                        packages=(*CONTAINER_PACKAGES, *EXEC_NODE_PACKAGES),
+                        hooks=EXEC_NODE_HOOKS)
 
 
 def vm_recipe(nc: NodeClass, *, with_kernel: bool = True) -> RootfsRecipe:

@@ -1,0 +1,80 @@
+"""Which execution node runs which hosts: the plan's affinity (failure-domain value -> node),
+checked against the inventory when a plan is made and whenever its artifact is loaded.
+
+A batch is split by node (`by_node`), one worker per part, all running at once: the node
+that dies takes only its own domain's part of the batch with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from fleetgate.errors import BadInput
+from fleetgate.rollout.plan import EXEC_NODES_GROUP, Execution, RolloutPlan
+from fleetgate.rollout.waves import Host
+from fleetgate.runner.inventory import Inventory, resolve_inventory
+from fleetgate.runner.remote import RemoteNode, node_from_hostvars
+
+
+def node_of(ex: Execution, host: Host) -> str:
+    value = host.domains.get(ex.domain, "")
+    node = ex.nodes.get(value)
+    if node is None:
+        raise BadInput(f"host {host.name} has {ex.domain}={value or '(none)'}, which no "
+                       "execution node serves", source="plan", field="execution.nodes")
+    return node
+
+
+def check(plan: RolloutPlan, hosts: Mapping[str, Host], inv: Inventory, *,
+          source: Path | str, prefix: str = "") -> None:
+    """Every targeted host's domain value has a node, every node named is in the inventory
+    group fleetgate_execution_nodes, and no node is also a target. One line each, naming the
+    plan file and field."""
+    ex = plan.execution
+    if ex is None:
+        return
+    field = f"{prefix}execution.nodes"
+    unserved: dict[str, list[str]] = {}
+    for h in hosts.values():
+        value = h.domains.get(ex.domain, "")
+        if value not in ex.nodes:
+            unserved.setdefault(value or "(none)", []).append(h.name)
+    if unserved:
+        value, names = sorted(unserved.items())[0]
+        raise BadInput(f"{ex.domain}={value} (hosts {_few(names)}) has no execution node; "
+                       f"nodes serve {ex.domain}={', '.join(sorted(ex.nodes))}",
+                       source=source, field=field)
+    members = {h for h, groups in inv.groups_of().items() if EXEC_NODES_GROUP in groups}
+    for value, node in sorted(ex.nodes.items()):
+        if node not in members:
+            raise BadInput(f"{node} is not in inventory group {EXEC_NODES_GROUP} (members: "
+                           f"{_few(sorted(members)) or 'none'})", source=source,
+                           field=f"{field}.{value}")
+        if node in hosts:
+            raise BadInput(f"{node} is an execution node and also a target of the plan; "
+                           "exclude it from the targets", source=source,
+                           field=f"{field}.{value}")
+        node_from_hostvars(node, inv.hostvars.get(node, {}), source=inv.label)
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def by_node(ex: Execution, hosts: Mapping[str, Host], names: Iterable[str]
+            ) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for h in names:
+        out.setdefault(node_of(ex, hosts[h]), []).append(h)
+    return out
+
+
+def remote_node(inventory: Path, name: str) -> RemoteNode:
+    """The node's connection values as the inventory has them now (resolved once per
+    process)."""
+    inv = resolve_inventory(inventory)
+    if name not in inv.hostvars:
+        raise BadInput(f"execution node {name} is no longer in the inventory",
+                       source=inv.label, field=EXEC_NODES_GROUP)
+    return node_from_hostvars(name, inv.hostvars[name], source=inv.label)
