@@ -86,3 +86,21 @@ def test_status_and_batch_reads_use_indexes(tmp_path: Path) -> None:
                                       " state=? ORDER BY started_at", 2)
     assert "requests_by_kind" in plan("SELECT wave FROM requests WHERE rollout_id=? AND"
                                       " kind=? ORDER BY id", 2)
+
+
+def test_an_owner_reads_its_rollout_row_from_its_copy_and_the_row_stays_true(
+        tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.db")
+    j.create_rollout(RID, "b", "/inv.yml", {"plan": {}}, [["a1"], ["b1"]])
+    j.set_rollout(RID, "running", wave=1, phase="applying")
+    j.own(RID)
+    j.set_rollout(RID, "running", wave=1, phase="applying", batch=["a1"])  # no change
+    j.set_rollout(RID, "running", wave=2, phase="applying", batch=["b1"])
+    j.set_rollout(RID, "soaking", phase="soak until 12:00:00Z")  # wave kept: 2
+    row = Journal(tmp_path / "j.db").rollout(RID)
+    assert row is not None
+    assert (row.state, row.wave, row.phase) == ("soaking", 2, "soak until 12:00:00Z")
+    j.disown(RID)
+    j.set_rollout(RID, "halted", reason="x", resumable=True)
+    row = Journal(tmp_path / "j.db").rollout(RID)
+    assert row is not None and (row.state, row.wave, row.resumable) == ("halted", 2, True)

@@ -265,6 +265,8 @@ class Journal:
         # Rollout id -> its host rows, for a rollout this process owns (own()).
         self._owned: dict[str, dict[str, HostRow]] = {}
         self._watchers: dict[str, Watcher] = {}
+        # Rollout id -> (wave, state, phase, reason, resumable) of its row, likewise.
+        self._owned_rollout: dict[str, tuple[int, str, str, str, bool]] = {}
         self._db = _connect(self.path)
 
     def close(self) -> None:
@@ -334,20 +336,31 @@ class Journal:
                     reason: str = "", resumable: bool = False, **data: Any) -> None:
         assert state in ROLLOUT_STATES, state
         with self.tx() as db:
-            cur = db.execute("SELECT wave, state, phase, reason, resumable FROM rollouts"
-                             " WHERE id=?", (rid,)).fetchone()
-            w = cur[0] if wave is None else wave
+            # The row holds the plan artifact (megabytes at 100,000 hosts) before these
+            # columns: reading them reads through it, so an owner reads its own copy.
+            cur = self._owned_rollout.get(rid) or self._rollout_fields(db, rid)
+            w = cur[0] if cur is not None and wave is None else (wave or 0)
             phase, reason = redact.text(phase), redact.text(reason)
-            # The row holds the plan artifact (megabytes at 100,000 hosts) and SQLite rewrites
-            # a whole row on UPDATE: a call that changes nothing in it (the next batch of the
-            # same wave and phase) writes only its event, which says when and which batch.
-            if cur is None or (cur[0], cur[1], cur[2], cur[3], bool(cur[4])) != (
-                    w, state, phase, reason, resumable):
+            now = (w, state, phase, reason, resumable)
+            # SQLite rewrites a whole row on UPDATE: a call that changes nothing in it (the
+            # next batch of the same wave and phase) writes only its event, which says when
+            # and which batch.
+            if cur != now:
                 db.execute("UPDATE rollouts SET state=?, wave=?, phase=?, reason=?,"
                            " resumable=?, updated_at=? WHERE id=?",
                            (state, w, phase, reason, int(resumable), time.time(), rid))
             self._event(db, rid, "rollout", None, w, {"state": state, "phase": phase,
                                                       "reason": reason, **data})
+        if rid in self._owned_rollout:  # after COMMIT, as the host rows' copy
+            with self._lock:
+                self._owned_rollout[rid] = now
+
+    @staticmethod
+    def _rollout_fields(db: sqlite3.Connection, rid: str
+                        ) -> tuple[int, str, str, str, bool] | None:
+        r = db.execute("SELECT wave, state, phase, reason, resumable FROM rollouts WHERE id=?",
+                       (rid,)).fetchone()
+        return None if r is None else (r[0], r[1], r[2], r[3], bool(r[4]))
 
     # ------------------------------------------------------------------------------- hosts
 
@@ -374,6 +387,9 @@ class Journal:
         with self._lock:
             rows = self._read_hosts(rid)
             self._owned[rid] = rows
+            fields = self._rollout_fields(self._db, rid)
+            if fields is not None:
+                self._owned_rollout[rid] = fields
             self._watchers.pop(rid, None)
             if watcher is not None:
                 watcher.reset(rows)
@@ -384,6 +400,7 @@ class Journal:
         with self._lock:
             self._owned.pop(rid, None)
             self._watchers.pop(rid, None)
+            self._owned_rollout.pop(rid, None)
 
     def host(self, rid: str, host: str) -> HostRow | None:
         """One host's row: from the owned copy without copying it (hosts() copies every row),
