@@ -63,7 +63,9 @@ def test_a_write_that_fails_leaves_the_copy_as_the_database_is(
     def broken_event(*_: object, **__: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
+    # Every event write fails, one at a time or a batch's at once (after the rows' UPDATE).
     monkeypatch.setattr(j, "_event", broken_event)
+    monkeypatch.setattr(j, "_events", broken_event)
     with pytest.raises(sqlite3.OperationalError):
         j.set_hosts(RID, ["h2", "h3"], "applying")
     monkeypatch.undo()

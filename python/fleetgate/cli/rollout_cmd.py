@@ -634,9 +634,9 @@ def abort(
              f"{', '.join(inflight)}): run `fleetgate rollout resume "
              f"{rollout_id}` to reconcile them; it will then stop as aborted")
         raise typer.Exit(1)
-    for x, r in j.hosts(rollout_id).items():
-        if r.state == "pending":
-            j.set_host(rollout_id, x, "skipped", f"rollout aborted: {reason}")
+    # One transaction for all of them, not one per host.
+    j.set_hosts(rollout_id, [x for x, r in j.hosts(rollout_id).items() if r.state == "pending"],
+                "skipped", f"rollout aborted: {reason}")
     j.set_rollout(rollout_id, "aborted", reason=f"aborted by {by}: {reason}")
     s = summary(j, rollout_id)
     if out is ui.Output.json:

@@ -97,6 +97,9 @@ class Controller:
         self.a = assignment_of(row.artifact)
         self.inventory = Path(row.inventory)
         self.limits = budgets.limits(self.plan, self.a)
+        # The budget counters, rebuilt from the journal when run() takes the rollout and kept
+        # in step with every host transition it commits (Journal.own).
+        self.tally = budgets.Tally(self.limits, self.a)
         self.drain = drain_of(self.plan)
         require_secrets(self.plan, f"rollout {rid}")
         self.dir = private_dirs(rollout_dir(rid))
@@ -129,7 +132,7 @@ class Controller:
         try:
             # The lease makes this process the rollout's only writer: its host rows are read
             # from memory from here on (Journal.own), not from the database on every batch.
-            self.j.own(self.rid)
+            self.j.own(self.rid, self.tally)
             if resume:
                 self.reconcile()
             state, reason, resumable = self._drive()
@@ -143,16 +146,21 @@ class Controller:
 
     def _finish(self, state: str, reason: str, resumable: bool) -> None:
         if state in ("halted", "aborted") and not resumable:
-            for h, r in self.rows().items():
-                if r.state == "pending":
-                    self.j.set_host(self.rid, h, "skipped", f"rollout {state} before this host"
-                                    f" started: {reason}")
+            self.j.set_hosts(self.rid, [h for h, r in self.rows().items() if r.state == "pending"],
+                             "skipped", f"rollout {state} before this host started: {reason}")
         self.j.set_rollout(self.rid, state, reason=reason, resumable=resumable,
                            hosts={h: r.state for h, r in self.rows().items()})
         self.log(f"rollout {self.rid} {state}" + (f": {reason}" if reason else ""))
 
     def rows(self) -> dict[str, HostRow]:
         return self.j.hosts(self.rid)
+
+    def row(self, host: str) -> HostRow:
+        """One host's row, without copying every row as rows() does."""
+        r = self.j.host(self.rid, host)
+        if r is None:
+            raise KeyError(host)
+        return r
 
     # ------------------------------------------------------------------------ safe points
 
@@ -172,7 +180,7 @@ class Controller:
         self._interrupts()
         if self.halt_now:
             raise Stop("halted", self.halt_now)
-        broken = budgets.breaches(self.limits, self.a, self.rows())
+        broken = budgets.breaches(self.limits, self.a, self.tally)
         if broken:
             raise Stop("halted", "; ".join(broken))
         w = self.plan.window
@@ -210,10 +218,9 @@ class Controller:
         measure.measure_reference(self, k)
         while True:
             self._safe_point(wave=k)
-            rows = self.rows()
-            if not any(rows[h].state == "pending" for h in members):
+            if not self.tally.pending[k - 1]:
                 break
-            batch = budgets.next_batch(self.plan, self.limits, self.a, rows, k)
+            batch = budgets.next_batch(self.plan, self.limits, self.a, self.tally, k)
             if not batch:
                 raise Stop("halted", "no budget left to start another host")
             self.j.set_rollout(self.rid, "running", wave=k, phase="applying",
@@ -281,8 +288,7 @@ class Controller:
 
     def _pipeline(self, hosts: list[str], k: int) -> None:
         """pending -> (draining) -> applying -> verifying -> healthy | failure handling."""
-        rows = self.rows()
-        todo = [h for h in hosts if rows[h].state == "pending"]
+        todo = [h for h in hosts if self.row(h).state == "pending"]
         if self.drain is not None and todo:
             self.j.set_hosts(self.rid, todo, "draining")
             todo = self._drain_stage(todo, k)
@@ -313,8 +319,7 @@ class Controller:
     def _drain_failed(self, failed: dict[str, str]) -> None:
         """Not failed_held: nothing was applied, and the drain task itself resumed a node it
         drained (or left another owner's drain alone); its message, the reason, says which."""
-        for h, why in failed.items():
-            self.j.set_host(self.rid, h, "drain_failed", why)
+        self.j.set_hosts(self.rid, list(failed), "drain_failed", failed)
 
     def _apply_stage(self, hosts: list[str], k: int) -> list[str]:
         c = self.plan.change
@@ -329,8 +334,7 @@ class Controller:
         return ok
 
     def _verify_stage(self, hosts: list[str], k: int) -> None:
-        rows = self.rows()
-        self.j.set_hosts(self.rid, [h for h in hosts if rows[h].state != "verifying"],
+        self.j.set_hosts(self.rid, [h for h in hosts if self.row(h).state != "verifying"],
                          "verifying")
         good, failed, unsure = gates.verify(self, hosts, k, self.plan.change.target,
                                             label="verify")
@@ -347,23 +351,21 @@ class Controller:
         if hosts and self.drain is not None:
             res = self._drain_run("undrain", hosts, k)
             hosts, failed = self._split(res, hosts, "undrain")
-            for h, why in failed.items():
-                # Verified but still out of service: say so rather than call it healthy.
-                self.j.set_host(self.rid, h, "failed_held", why)
+            # Verified but still out of service: say so rather than call it healthy.
+            self.j.set_hosts(self.rid, list(failed), "failed_held", failed)
         self.j.set_hosts(self.rid, hosts, "healthy", "applied and verified")
 
     def _inconclusive(self, unsure: dict[str, str], k: int) -> None:
         # The retry policy was already spent inside _verify; what is left halts.
-        for h, why in unsure.items():
-            self.j.set_host(self.rid, h, "failed_held", f"verify inconclusive: {why}")
+        self.j.set_hosts(self.rid, list(unsure), "failed_held",
+                         {h: f"verify inconclusive: {why}" for h, why in unsure.items()})
         self.halt_now = ("verify inconclusive on " + ", ".join(sorted(unsure))
                          + f" (policy {self.plan.gates.inconclusive.policy})")
 
     def _fail(self, hosts: list[str], k: int, reasons: dict[str, str], *,
               redrain: bool = False) -> None:
         if self.plan.on_failure != "rollback":
-            for h in hosts:
-                self.j.set_host(self.rid, h, "failed_held", reasons[h])
+            self.j.set_hosts(self.rid, hosts, "failed_held", reasons)
             if redrain and self.drain is not None:
                 self._drain_run("drain", hosts, k)
             return
@@ -377,9 +379,8 @@ class Controller:
         if rb is None:
             self._reimage_back(hosts, k, reasons, res)
             return
-        for h in hosts:
-            if self.rows()[h].state != "rolling_back":
-                self.j.set_host(self.rid, h, "rolling_back", reasons[h])
+        self.j.set_hosts(self.rid, [h for h in hosts if self.row(h).state != "rolling_back"],
+                         "rolling_back", reasons)
         if res is None:
             res = self._stage("rollback", hosts, k, rb.run_playbook,
                               dict(rb.extra_vars), rb.timeout_s, rb.classes, rb.secret_vars)
@@ -404,7 +405,7 @@ class Controller:
                                 f"to re-image back to (the host reported {was or 'none'})")
                 continue
             groups.setdefault(was, []).append(h)
-            if self.rows()[h].state != "rolling_back":
+            if self.row(h).state != "rolling_back":
                 self.j.set_host(self.rid, h, "rolling_back", reasons[h])
         c = self.plan.change
         for was, group in groups.items():
@@ -417,17 +418,18 @@ class Controller:
                      res: dict[str, dict[str, Any]] | None, target: Target) -> None:
         """A rollback batch's result, then the proof: the rollback target, the same gates."""
         ok, failed = self._split(res, hosts, "rollback")
-        for h, why in failed.items():
-            self.j.set_host(self.rid, h, "failed_held", f"{reasons[h]}; rollback failed: {why}")
+        self.j.set_hosts(self.rid, list(failed), "failed_held",
+                         {h: f"{reasons[h]}; rollback failed: {why}" for h, why in failed.items()})
         if not ok:
             return
         good, bad, unsure = gates.verify(self, ok, k, target, label="rollback-verify")
-        for h in good:
-            self.j.set_host(self.rid, h, "rolled_back",
-                            f"{reasons[h]}; rolled back and verified on the old version")
-        for h, why in {**bad, **unsure}.items():
-            self.j.set_host(self.rid, h, "failed_held",
-                            f"{reasons[h]}; rollback not verified: {why}")
+        self.j.set_hosts(self.rid, good, "rolled_back",
+                         {h: f"{reasons[h]}; rolled back and verified on the old version"
+                          for h in good})
+        unproven = {**bad, **unsure}
+        self.j.set_hosts(self.rid, list(unproven), "failed_held",
+                         {h: f"{reasons[h]}; rollback not verified: {why}"
+                          for h, why in unproven.items()})
 
     # ------------------------------------------------------------------- measurement
 

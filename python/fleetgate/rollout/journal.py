@@ -14,7 +14,6 @@ event and reason passes the redactor first (runner/redact.py), so a secret var's
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -23,11 +22,11 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from fleetgate.errors import BadInput
 from fleetgate.inputs import file_kind
@@ -49,10 +48,13 @@ CREATE TABLE IF NOT EXISTS events(
   kind TEXT NOT NULL, host TEXT, wave INTEGER, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_rollout ON events(rollout_id, seq);
 CREATE INDEX IF NOT EXISTS events_by_host ON events(rollout_id, host, kind);
+CREATE INDEX IF NOT EXISTS events_by_kind ON events(rollout_id, kind, seq);
+CREATE INDEX IF NOT EXISTS hosts_by_wave ON hosts(rollout_id, wave, host);
 CREATE TABLE IF NOT EXISTS batches(
   id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, wave INTEGER NOT NULL, kind TEXT NOT NULL,
   hosts TEXT NOT NULL, dir TEXT NOT NULL, state TEXT NOT NULL, pid INTEGER,
   started_at REAL NOT NULL, finished_at REAL);
+CREATE INDEX IF NOT EXISTS batches_by_state ON batches(rollout_id, state, started_at);
 CREATE TABLE IF NOT EXISTS requests(
   id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, kind TEXT NOT NULL,
   wave INTEGER, reason TEXT NOT NULL, by TEXT NOT NULL, ts REAL NOT NULL);
@@ -60,6 +62,7 @@ CREATE TABLE IF NOT EXISTS leases(
   scope TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, pid INTEGER NOT NULL,
   hostname TEXT NOT NULL, token TEXT NOT NULL, acquired_at REAL NOT NULL,
   expires_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS requests_by_kind ON requests(rollout_id, kind, id);
 """
 
 ROLLOUT_STATES = ("planned", "running", "soaking", "completed", "halted", "aborted")
@@ -241,6 +244,16 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
+class Watcher(Protocol):
+    """Kept in step with an owned rollout's host rows (budgets.Tally): `reset` with every row
+    when the rollout is owned, `move` with each row's old and new value after every write
+    that changed it has committed."""
+
+    def reset(self, rows: Mapping[str, HostRow]) -> None: ...
+
+    def move(self, old: HostRow, new: HostRow) -> None: ...
+
+
 class Journal:
     def __init__(self, path: Path | None = None):
         self.path = path or default_path()
@@ -251,6 +264,9 @@ class Journal:
         self._pending: list[dict[str, Any]] = []
         # Rollout id -> its host rows, for a rollout this process owns (own()).
         self._owned: dict[str, dict[str, HostRow]] = {}
+        self._watchers: dict[str, Watcher] = {}
+        # Rollout id -> (wave, state, phase, reason, resumable) of its row, likewise.
+        self._owned_rollout: dict[str, tuple[int, str, str, str, bool]] = {}
         self._db = _connect(self.path)
 
     def close(self) -> None:
@@ -320,14 +336,31 @@ class Journal:
                     reason: str = "", resumable: bool = False, **data: Any) -> None:
         assert state in ROLLOUT_STATES, state
         with self.tx() as db:
-            cur = db.execute("SELECT wave FROM rollouts WHERE id=?", (rid,)).fetchone()
-            w = cur[0] if wave is None else wave
+            # The row holds the plan artifact (megabytes at 100,000 hosts) before these
+            # columns: reading them reads through it, so an owner reads its own copy.
+            cur = self._owned_rollout.get(rid) or self._rollout_fields(db, rid)
+            w = cur[0] if cur is not None and wave is None else (wave or 0)
             phase, reason = redact.text(phase), redact.text(reason)
-            db.execute("UPDATE rollouts SET state=?, wave=?, phase=?, reason=?, resumable=?,"
-                       " updated_at=? WHERE id=?",
-                       (state, w, phase, reason, int(resumable), time.time(), rid))
+            now = (w, state, phase, reason, resumable)
+            # SQLite rewrites a whole row on UPDATE: a call that changes nothing in it (the
+            # next batch of the same wave and phase) writes only its event, which says when
+            # and which batch.
+            if cur != now:
+                db.execute("UPDATE rollouts SET state=?, wave=?, phase=?, reason=?,"
+                           " resumable=?, updated_at=? WHERE id=?",
+                           (state, w, phase, reason, int(resumable), time.time(), rid))
             self._event(db, rid, "rollout", None, w, {"state": state, "phase": phase,
                                                       "reason": reason, **data})
+        if rid in self._owned_rollout:  # after COMMIT, as the host rows' copy
+            with self._lock:
+                self._owned_rollout[rid] = now
+
+    @staticmethod
+    def _rollout_fields(db: sqlite3.Connection, rid: str
+                        ) -> tuple[int, str, str, str, bool] | None:
+        r = db.execute("SELECT wave, state, phase, reason, resumable FROM rollouts WHERE id=?",
+                       (rid,)).fetchone()
+        return None if r is None else (r[0], r[1], r[2], r[3], bool(r[4]))
 
     # ------------------------------------------------------------------------------- hosts
 
@@ -343,58 +376,99 @@ class Journal:
             "SELECT host, wave, state, reason, applies, updated_at FROM hosts"
             " WHERE rollout_id=? ORDER BY wave, host", (rid,))}
 
-    def own(self, rid: str) -> None:
+    def own(self, rid: str, watcher: Watcher | None = None) -> None:
         """This process holds the rollout's lease (rollout/lease.py), so only it writes the
         rollout's host rows from now on: keep them in memory, updated as each of its writes
         commits, and answer hosts() from there. The controller reads every row several times
         per batch (budgets, the next batch, safe points); from the database that is
         O(hosts x batches), for 10,000 hosts in batches of 100 about five million row reads.
-        The database stays the record: every write still goes there first."""
-        rows = self._read_hosts(rid)
+        The database stays the record: every write still goes there first. `watcher` (the
+        controller's budget counters) is reset from these rows and moved with every write."""
         with self._lock:
+            rows = self._read_hosts(rid)
             self._owned[rid] = rows
+            fields = self._rollout_fields(self._db, rid)
+            if fields is not None:
+                self._owned_rollout[rid] = fields
+            self._watchers.pop(rid, None)
+            if watcher is not None:
+                watcher.reset(rows)
+                self._watchers[rid] = watcher
 
     def disown(self, rid: str) -> None:
         """The lease is released (or lost): read from the database again."""
         with self._lock:
             self._owned.pop(rid, None)
+            self._watchers.pop(rid, None)
+            self._owned_rollout.pop(rid, None)
+
+    def host(self, rid: str, host: str) -> HostRow | None:
+        """One host's row: from the owned copy without copying it (hosts() copies every row),
+        else from the database."""
+        with self._lock:
+            owned = self._owned.get(rid)
+            if owned is not None:
+                return owned.get(host)
+        rows = self.query("SELECT host, wave, state, reason, applies, updated_at FROM hosts"
+                          " WHERE rollout_id=? AND host=?", (rid, host))
+        return HostRow(rows[0][0], rows[0][1], host_state(rows[0][2]), *rows[0][3:]) if rows \
+            else None
 
     def set_host(self, rid: str, host: str, state: HostState, reason: str = "",
                  **data: Any) -> None:
         self.set_hosts(rid, [host], state, reason, **data)
 
-    def set_hosts(self, rid: str, hosts: list[str], state: HostState, reason: str = "",
-                  **data: Any) -> None:
-        """One transition for several hosts, in one transaction (one fsync for a batch)."""
+    def set_hosts(self, rid: str, hosts: list[str], state: HostState,
+                  reason: str | Mapping[str, str] = "", **data: Any) -> None:
+        """One transition for several hosts, in one transaction (one fsync for a batch).
+        `reason`: one for all, or each host's own (host -> reason)."""
         assert state in HOST_STATES, state
+        if not hosts:
+            return
         now = time.time()
-        reason = redact.text(reason)
+        reasons = ({h: redact.text(reason[h]) for h in hosts} if not isinstance(reason, str)
+                   else dict.fromkeys(hosts, redact.text(reason)))
         with self.tx() as db:
             owned = self._owned.get(rid)
+            events: list[tuple[str | None, int | None, dict[str, Any]]] = []
             for host in hosts:
                 mine = owned.get(host) if owned is not None else None
                 row = ((mine.state, mine.wave) if mine is not None else db.execute(
                     "SELECT state, wave FROM hosts WHERE rollout_id=? AND host=?",
                     (rid, host)).fetchone())
-                db.execute("UPDATE hosts SET state=?, reason=?, updated_at=?"
-                           " WHERE rollout_id=? AND host=?", (state, reason, now, rid, host))
-                self._event(db, rid, "host", host, row[1] if row else None,
-                            {"from": row[0] if row else None, "to": state, "reason": reason,
-                             **data})
+                events.append((host, row[1] if row else None,
+                               {"from": row[0] if row else None, "to": state,
+                                "reason": reasons[host], **data}))
+            # One statement for the batch's rows and one for its events (executemany):
+            # the same rows and events, in the same order, as one execute per host.
+            db.executemany("UPDATE hosts SET state=?, reason=?, updated_at=?"
+                           " WHERE rollout_id=? AND host=?",
+                           [(state, reasons[h], now, rid, h) for h in hosts])
+            self._events(db, rid, "host", events)
         # After COMMIT: a transaction that fails raises above and leaves the copy as the
         # database is.
-        self._mirror(rid, hosts, state=state, reason=reason, updated_at=now)
+        self._mirror(rid, hosts, state=state, reasons=reasons, updated_at=now)
 
-    def _mirror(self, rid: str, hosts: list[str], *, applies: int = 0, **fields: Any) -> None:
-        """The owned copy of these rows, as a write that has just committed left them."""
+    def _mirror(self, rid: str, hosts: list[str], *, applies: int = 0,
+                reasons: Mapping[str, str] | None = None, **fields: Any) -> None:
+        """The owned copy of these rows, as a write that has just committed left them, and
+        the rollout's watcher moved with each."""
         with self._lock:
             owned = self._owned.get(rid)
             if owned is None:
                 return
+            watcher = self._watchers.get(rid)
+            state, when = fields.pop("state", None), fields.pop("updated_at", None)
+            assert not fields, fields
             for h in hosts:
                 r = owned.get(h)
                 if r is not None:
-                    owned[h] = dataclasses.replace(r, applies=r.applies + applies, **fields)
+                    new = HostRow(r.host, r.wave, r.state if state is None else state,
+                                  r.reason if reasons is None else reasons[h],
+                                  r.applies + applies, r.updated_at if when is None else when)
+                    owned[h] = new
+                    if watcher is not None:
+                        watcher.move(r, new)
 
     # ------------------------------------------------------------------------------ events
 
@@ -409,6 +483,26 @@ class Journal:
             self._pending.append({"seq": cur.lastrowid, "rollout_id": rid, "ts": ts,
                                   "kind": kind, "host": host, "wave": wave, "data": data})
 
+    def _events(self, db: sqlite3.Connection, rid: str, kind: str,
+                items: list[tuple[str | None, int | None, dict[str, Any]]]) -> None:
+        """Several events of one kind, (host, wave, data) each, as one INSERT statement run
+        for all of them: each is what _event writes, in the same order."""
+        if not items:
+            return
+        ts = time.time()
+        rows = [(h, w, redact.data(d)) for h, w, d in items]
+        db.executemany("INSERT INTO events(rollout_id, ts, kind, host, wave, data)"
+                       " VALUES (?,?,?,?,?,?)",
+                       [(rid, ts, kind, h, w, json.dumps(d, default=str)) for h, w, d in rows])
+        if self.listeners:
+            # Inside this transaction nobody else writes events, so the statement's rows
+            # took consecutive seqs ending at the last one inserted.
+            last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            first = last - len(rows) + 1
+            self._pending.extend({"seq": first + i, "rollout_id": rid, "ts": ts, "kind": kind,
+                                  "host": h, "wave": w, "data": d}
+                                 for i, (h, w, d) in enumerate(rows))
+
     def event(self, rid: str, kind: str, data: dict[str, Any], *, host: str | None = None,
               wave: int | None = None) -> None:
         with self.tx() as db:
@@ -422,8 +516,7 @@ class Journal:
         if not items:
             return
         with self.tx() as db:
-            for host, data in items:
-                self._event(db, rid, kind, host, wave, data)
+            self._events(db, rid, kind, [(host, wave, data) for host, data in items])
 
     def events(self, rid: str, *, kinds: tuple[str, ...] | None = None,
                after: int = 0, hosts: list[str] | None = None) -> list[dict[str, Any]]:
@@ -437,6 +530,9 @@ class Journal:
         if hosts is not None:
             if not hosts:
                 return []
+            # By host: a batch's hosts, not every event of the kind (the planner otherwise
+            # takes events_by_kind and reads the whole rollout's events for each batch).
+            sql = sql.replace("FROM events", "FROM events INDEXED BY events_by_host")
             sql += f" AND host IN ({','.join('?' * len(hosts))})"
             args += tuple(hosts)
         return [{"seq": r[0], "ts": r[1], "kind": r[2], "host": r[3], "wave": r[4],

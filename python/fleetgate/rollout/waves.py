@@ -5,9 +5,12 @@ before it has reached a whole domain.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,6 +132,13 @@ def step_sizes(steps: list[int | str], total: int) -> tuple[list[int], list[str]
     return sizes, notes
 
 
+def _rank(host: str) -> str:
+    """A host's place among equally diverse groups, smallest first: the order in which
+    `max` over `[-ord(c) for c in name]` chose (a smaller character first; of a name and its
+    prefix, the longer). Host names are [A-Za-z0-9_.-], so the sentinel sorts after all."""
+    return host + "\U0010ffff"
+
+
 def _by_steps(steps: list[int | str], keys: list[str], hosts: dict[str, Host]) -> Assignment:
     sizes, notes = step_sizes(steps, len(hosts))
     # Hosts with the same domain values are interchangeable for diversity: choose among
@@ -136,22 +146,61 @@ def _by_steps(steps: list[int | str], keys: list[str], hosts: dict[str, Host]) -
     groups: dict[tuple[str, ...], deque[str]] = {}
     for h in sorted(hosts):
         groups.setdefault(tuple(hosts[h].domains.get(k, "") for k in keys), deque()).append(h)
+    left = len(hosts)
+    # Each pick takes the group that brings the most not-yet-covered values, coarser keys
+    # first (zone before rack); ties go to the smallest host name, for a stable plan. The
+    # groups sit in buckets by which of their values are still uncovered (a vector of bools),
+    # each bucket a heap by head host: a pick looks at the best non-empty bucket's top, and a
+    # group whose values were covered since it was filed moves down when it reaches a top.
+    # O(log groups) a pick, not O(groups): 10,000 picks among 2,500 racks at 100,000 hosts.
+    order = sorted(itertools.product((True, False), repeat=len(keys)), reverse=True)
     waves: list[list[str]] = []
     for size in sizes:
-        if size >= sum(len(q) for q in groups.values()):  # the last wave: everyone left
+        if size >= left:  # the last wave: everyone left
             waves.append(sorted(h for q in groups.values() for h in q))
             break
         wave: list[str] = []
         covered: list[set[str]] = [set() for _ in keys]
+
+        def vector(g: tuple[str, ...], covered: list[set[str]] = covered) -> tuple[bool, ...]:
+            return tuple(g[i] not in covered[i] for i in range(len(keys)))
+
+        everyone = tuple(True for _ in keys)
+        buckets: dict[tuple[bool, ...], list[tuple[str, tuple[str, ...]]]] = {
+            everyone: [(_rank(q[0]), g) for g, q in groups.items() if q]}
+        heapq.heapify(buckets[everyone])
         for _ in range(size):
-            # The group that brings the most not-yet-covered values, coarser keys first
-            # (zone before rack); ties go to the smallest host name, for a stable plan.
-            best = max((g for g in groups if groups[g]), key=lambda g: (
-                tuple(g[i] not in covered[i] for i in range(len(keys))),
-                [-ord(c) for c in groups[g][0]]))
+            best = _pick(order, buckets, groups, vector)
             host = groups[best].popleft()
             for i, value in enumerate(best):
                 covered[i].add(value)
+            if groups[best]:
+                heapq.heappush(buckets.setdefault(vector(best), []),
+                               (_rank(groups[best][0]), best))
             wave.append(host)
+        left -= size
         waves.append(sorted(wave))
     return Assignment(waves, hosts, notes)
+
+
+def _pick(order: list[tuple[bool, ...]],
+          buckets: dict[tuple[bool, ...], list[tuple[str, tuple[str, ...]]]],
+          groups: dict[tuple[str, ...], deque[str]],
+          vector: Callable[[tuple[str, ...]], tuple[bool, ...]]) -> tuple[str, ...]:
+    """The best group, taken off its bucket (the caller files it again if hosts are left)."""
+    for vec in order:
+        heap = buckets.get(vec)
+        while heap:
+            rank, g = heap[0]
+            q = groups[g]
+            if not q or _rank(q[0]) != rank:  # stale: not this group's head any more
+                heapq.heappop(heap)
+                continue
+            now = vector(g)
+            if now != vec:  # some of its values were covered since it was filed
+                heapq.heappop(heap)
+                heapq.heappush(buckets.setdefault(now, []), (rank, g))
+                continue
+            heapq.heappop(heap)
+            return g
+    raise AssertionError("no host left to pick")  # callers pick at most the hosts left
