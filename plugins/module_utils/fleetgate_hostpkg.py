@@ -15,21 +15,30 @@ from ansible.module_utils.fleetgate_parsers import parse_dkms_status
 DPKG_TIMEOUT_S = 60.0
 
 
+def dpkg_installed(names_or_patterns: list[str], timeout: float = DPKG_TIMEOUT_S
+                   ) -> dict[str, str]:
+    """Package -> version of every fully installed package dpkg-query lists for these names
+    or glob patterns (`linux-image-*`); a held package (apt-mark hold) counts as installed.
+    Empty where dpkg-query did not answer."""
+    if not names_or_patterns:
+        return {}
+    # rc 1: some name or pattern matched nothing; the others are still printed.
+    got = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n",
+               *names_or_patterns], timeout, ok_rc=(0, 1), path=search_path())
+    out: dict[str, str] = {}
+    for line in got.stdout.splitlines() if got.ok else []:
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2] == "installed":
+            out[parts[0]] = parts[1]
+    return out
+
+
 def dpkg_versions(packages: list[str], timeout: float = DPKG_TIMEOUT_S
                   ) -> dict[str, str | None]:
     """Installed version of each package; None where it is not (fully) installed, unknown, or
-    dpkg-query did not answer. A held package (apt-mark hold) counts as installed."""
-    found: dict[str, str | None] = dict.fromkeys(packages)
-    if not packages:
-        return found
-    # rc 1: some package is unknown; the others are still printed.
-    got = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n",
-               *packages], timeout, ok_rc=(0, 1), path=search_path())
-    for line in got.stdout.splitlines() if got.ok else []:
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0] in found and parts[2] == "installed":
-            found[parts[0]] = parts[1]
-    return found
+    dpkg-query did not answer."""
+    installed = dpkg_installed(packages, timeout)
+    return {p: installed.get(p) for p in packages}
 
 
 def package_list_sha256(timeout: float = DPKG_TIMEOUT_S) -> str | None:

@@ -228,12 +228,17 @@ def is_remote(bdir: Path) -> bool:
         return False
 
 
-def remote_pointer(bdir: Path) -> dict[str, Any] | None:
+def _json_doc(path: Path) -> dict[str, Any] | None:
+    """A small JSON file a worker or the controller wrote; None while absent or half-written."""
     try:
-        doc: dict[str, Any] = json.loads((bdir / REMOTE).read_text())
+        doc: dict[str, Any] = json.loads(path.read_text())
         return doc
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def remote_pointer(bdir: Path) -> dict[str, Any] | None:
+    return _json_doc(bdir / REMOTE)
 
 
 def reattach(bdir: Path, lease_token: str) -> dict[str, Any] | None:
@@ -255,11 +260,7 @@ def wait_or_reattach(bdir: Path, lease_token: str, *, grace_s: float = 10
 
 
 def _pidinfo(bdir: Path) -> dict[str, Any] | None:
-    try:
-        info: dict[str, Any] = json.loads((bdir / PIDFILE).read_text())
-        return info
-    except (OSError, json.JSONDecodeError):
-        return None
+    return _json_doc(bdir / PIDFILE)
 
 
 def pid_of(bdir: Path) -> int | None:

@@ -56,8 +56,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fleetgate_hostcmd import run, search_path
-from ansible.module_utils.fleetgate_hostpkg import DPKG_TIMEOUT_S
+from ansible.module_utils.fleetgate_hostpkg import dpkg_installed
 
 ABI_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9]+)?([._-][A-Za-z0-9_]+)*$")
 LINKS = ("/vmlinuz", "/vmlinuz.old", "/initrd.img", "/initrd.img.old")
@@ -69,19 +68,6 @@ def link_target(path: str) -> str | None:
         return os.path.basename(os.readlink(path))
     except OSError:
         return None
-
-
-def kernel_packages(timeout: float = DPKG_TIMEOUT_S) -> dict[str, str]:
-    """Installed kernel image and headers packages; dpkg-query's rc 1 only means a pattern
-    matched nothing."""
-    got = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Status}\n",
-               *PATTERNS], timeout, ok_rc=(0, 1), path=search_path())
-    out: dict[str, str] = {}
-    for line in got.stdout.splitlines() if got.ok else []:
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[2] == "installed":
-            out[parts[0]] = parts[1]
-    return out
 
 
 def main() -> None:
@@ -103,7 +89,7 @@ def main() -> None:
         "grub": os.path.isfile(os.path.join(boot, "grub", "grub.cfg")),
         "links": {p: link_target(p) for p in LINKS},
         "boot_files": files,
-        "packages": kernel_packages(),
+        "packages": dpkg_installed(list(PATTERNS)),
     })
 
 
