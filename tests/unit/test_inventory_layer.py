@@ -3,6 +3,7 @@ directories with group_vars/host_vars, scripts and several sources at once."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -141,3 +142,60 @@ def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert str(bad) in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "state" / "runs").is_dir() and not (tmp_path / "state2").exists()
+
+
+def test_a_resolution_handed_over_is_reused_only_while_its_files_are_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller hands a batch worker its resolution (rollout/worker.py): the worker
+    asks ansible-inventory only when a source file, or the group_vars/host_vars beside an
+    INI file, changed since; what it reuses is validated again."""
+    ini = tmp_path / "hosts.ini"
+    ini.write_text(INI)
+    record = tmp_path / "batch" / layer.RESOLUTION_FILE
+    calls: list[list[str]] = []
+    real = layer.subprocess.run
+
+    def counting(argv: list[str], **kw: object) -> object:
+        calls.append(argv)
+        return real(argv, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(layer.subprocess, "run", counting)
+    assert layer.save_resolution(resolve_inventory(ini), record)
+    assert oct(record.stat().st_mode & 0o777) == "0o600"
+    layer._CACHE.clear()  # as in a new process
+    loaded = layer.load_resolution(record)
+    assert loaded is not None and loaded.hosts == ["c1", "m1"]
+    assert resolve_inventory(ini) is loaded and len(calls) == 1
+
+    # A group_vars file added beside the INI file: the record no longer counts.
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("site_note: edited\n")
+    layer._CACHE.clear()
+    assert layer.load_resolution(record) is None
+    assert resolve_inventory(ini).hostvars["m1"]["site_note"] == "edited" and len(calls) == 2
+
+    # A record that was tampered with is validated again on load, like a fresh answer.
+    layer.save_resolution(resolve_inventory(ini), record)
+    doc = json.loads(record.read_text())
+    doc["doc"]["_meta"]["hostvars"]["m1"]["ansible_host"] = "-oProxyCommand=x"
+    record.write_text(json.dumps(doc))
+    layer._CACHE.clear()
+    with pytest.raises(BadInput, match="ansible_host"):
+        layer.load_resolution(record)
+
+    # Edited source, missing or corrupt record: resolve again.
+    layer.save_resolution(resolve_inventory(ini), record)
+    ini.write_text(INI + "\n[late]\nl1\n")
+    os.utime(ini, ns=(1, 1))
+    assert layer.load_resolution(record) is None
+    record.write_text("{not json")
+    assert layer.load_resolution(record) is None
+    assert layer.load_resolution(tmp_path / "absent.json") is None
+
+    # A script's answer is not its file's: never handed over.
+    script = tmp_path / "dyn.py"
+    script.write_text(f"#!{sys.executable}\nprint('{{}}')\n")
+    script.chmod(0o755)
+    other = tmp_path / "other.json"
+    assert not layer.save_resolution(layer.Inventory((script,), None, {}), other)
+    assert not other.exists()

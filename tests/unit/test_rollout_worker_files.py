@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,47 @@ def test_a_worker_with_a_corrupt_spec_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as exc:
         worker.run_batch(tmp_path)
     assert exc.value.field == "wave" and "corrupt batch spec" in exc.value.reason
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_warm_worker_runs_the_batch_it_is_handed_as_a_spawned_one_would(
+        tmp_path: Path) -> None:
+    warm = worker.WarmWorkers(tmp_path / "warm")
+    warm.start()
+    first = warm._proc
+    assert first is not None
+    bdir = tmp_path / "batch"
+    bdir.mkdir()
+    spec = {**SPEC, "journal": str(tmp_path / "j.db"), "inventory": str(tmp_path / "no.ini")}
+    pid = worker.spawn(bdir, spec, warm=warm)
+    assert pid == first.pid and warm._proc is not None and warm._proc.pid != pid
+    res = worker.wait(bdir, spawned_pid=pid)
+    # The inventory is missing: the batch's own error, in its result, as ever.
+    assert res is not None and res["rc"] == 1 and "no.ini" in res["error"]
+    assert json.loads((bdir / worker.PIDFILE).read_text())["pid"] == pid
+    assert (bdir / "worker.log").exists()
+    spare = warm._proc.pid
+    warm.close()
+    assert _gone(spare) and not list((tmp_path / "warm").iterdir())
+
+
+def test_a_warm_worker_whose_controller_is_gone_exits_without_touching_anything(
+        tmp_path: Path) -> None:
+    code = ("import sys, os; from pathlib import Path; from fleetgate.rollout import worker\n"
+            f"w = worker.WarmWorkers(Path({str(tmp_path)!r}))\n"
+            "w.start(); print(w._proc.pid, flush=True); os._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    pid = int(proc.stdout)
+    deadline = time.monotonic() + 60
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)
+    assert not list(tmp_path.rglob("worker.*"))

@@ -111,6 +111,8 @@ class Controller:
         self.reference = measure.Reference()  # what this wave's canaries are judged against
         self.before: dict[str, list[CheckResult]] = {}  # self-mode canary: host -> before
         self.log = log or (lambda _msg: None)
+        # From the first batch on, the next batch's worker is started ahead (worker.py).
+        self.warm = worker.WarmWorkers(self.dir / "warm")
 
     # ------------------------------------------------------------------------ entry points
 
@@ -141,6 +143,7 @@ class Controller:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.warm.close()
             self.j.disown(self.rid)
             self.lease.release()
 
@@ -509,9 +512,10 @@ class Controller:
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
         bdir = private_dirs(self.dir / "batches" / bid)
         self.j.start_batch(bid, self.rid, k, kind, hosts, bdir, node=node)
+        worker.hand_over_inventory(bdir, self.inventory)
         pid = worker.spawn(bdir, {
             **spec, "batch_id": bid, "limit": ",".join(hosts), "forks": len(hosts),
-            "execution_node": remote, "lease_token": self.lease.token})
+            "execution_node": remote, "lease_token": self.lease.token}, warm=self.warm)
         self.j.batch_spawned(bid, self.rid, pid)
         return bid, bdir, pid
 

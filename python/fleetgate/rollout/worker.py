@@ -14,11 +14,14 @@ Usage (by the controller only): python -m fleetgate.rollout.worker BATCH_DIR
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fleetgate.errors import FleetgateError, validation_error
 from fleetgate.inputs import read_input
 from fleetgate.rollout.journal import Journal
-from fleetgate.runner import ansible, redact, remote, secret_vars
+from fleetgate.runner import ansible, inventory, redact, remote, secret_vars
 from fleetgate.runner.ansible import HostOutcome
-from fleetgate.runner.private_state import PRIVATE_UMASK, write_private
+from fleetgate.runner.private_state import PRIVATE_UMASK, private_dirs, write_private
 from fleetgate.runner.remote import RemoteJob, RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
 
@@ -183,6 +186,9 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
 
     started = time.time()
     try:
+        # The controller's answer for these sources, if their files are unchanged since (and
+        # validated again on load); otherwise ansible.run asks ansible-inventory itself.
+        inventory.load_resolution(bdir / inventory.RESOLUTION_FILE)
         secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
                                       section="plan")
         r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
@@ -202,13 +208,107 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
     journal.close()
 
 
-def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any], *, attach: bool = False) -> int:
+def hand_over_inventory(bdir: Path, sources: Path) -> None:
+    """Leave the controller's resolution of `sources` (validated, kept for the process) in
+    the batch dir, so the worker need not ask ansible-inventory again: it reuses it only while
+    the sources' files are unchanged. Best effort: a source that no longer resolves is the
+    worker's to report, in its result, as before."""
+    with contextlib.suppress(FleetgateError, OSError):
+        inventory.save_resolution(inventory.resolve_inventory(sources),
+                                  bdir / inventory.RESOLUTION_FILE)
+
+
+GO = "go"  # in a warm worker's dir: the batch dir it is to run, written once, atomically
+WARM_POLL_S = 0.05
+
+
+class WarmWorkers:
+    """At most one worker process started ahead of its batch: Python, pydantic, ansible-runner
+    already imported while the controller probes the hosts or waits on the batch before.
+    It holds no batch, no spec and no journal connection until handed one (spawn), and exits
+    by itself once the controller that started it is gone without handing it one; close()
+    ends an unused one. The batch it is handed runs exactly as a freshly spawned worker's."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        d = private_dirs(self.base / uuid.uuid4().hex[:8])
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetgate.rollout.worker", "--warm", str(d),
+             str(os.getpid())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, cwd=d)
+        self._dir = d
+
+    def hand(self, bdir: Path) -> int | None:
+        """Give the warm worker `bdir` (its spec already written): its pid, or None when there
+        is none alive to take it. Starts the next one."""
+        proc, d = self._proc, self._dir
+        self._proc = self._dir = None
+        pid: int | None = None
+        if proc is not None and d is not None and proc.poll() is None:
+            tmp = d / (GO + ".tmp")
+            write_private(tmp, str(bdir))
+            os.replace(tmp, d / GO)
+            pid = proc.pid
+        self.start()
+        return pid
+
+    def close(self) -> None:
+        proc, d = self._proc, self._dir
+        self._proc = self._dir = None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _warm_wait(d: Path, controller: int) -> Path | None:
+    """The batch dir the controller hands this warm worker; None once it is gone without."""
+    go = d / GO
+    while True:
+        if go.exists():
+            return Path(go.read_text())
+        if os.getppid() != controller:
+            # Gone: but it may have handed us a batch just before it went.
+            return Path(go.read_text()) if go.exists() else None
+        time.sleep(WARM_POLL_S)
+
+
+def warm_main(d: Path, controller: int) -> None:
+    bdir = _warm_wait(d, controller)
+    if bdir is None:
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    # From here on what spawn() would have set up: the batch dir as cwd, its worker.log.
+    log = os.open(bdir / "worker.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
+                  0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(bdir)
+    main(bdir)
+
+
+def spawn(bdir: Path, spec: BatchSpec | Mapping[str, Any], *, attach: bool = False,
+          warm: WarmWorkers | None = None) -> int:
     try:
         checked = spec if isinstance(spec, BatchSpec) else BatchSpec.model_validate(spec)
     except ValidationError as exc:
         raise validation_error(exc, bdir / SPEC, what="batch spec") from None
     # Private whatever the caller's umask: the spec names the plan's vars, the log its errors.
     write_private(bdir / SPEC, checked.model_dump_json(indent=2))
+    if warm is not None and not attach and (pid := warm.hand(bdir)) is not None:
+        return pid
     log = os.fdopen(os.open(bdir / "worker.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT
                             | (0 if attach else os.O_TRUNC), 0o600), "w")
     argv = [sys.executable, "-m", "fleetgate.rollout.worker", str(bdir)]
@@ -325,4 +425,7 @@ def main(bdir: Path, *, attach: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), attach=sys.argv[2:] == ["--attach"])
+    if sys.argv[1:2] == ["--warm"]:
+        warm_main(Path(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main(Path(sys.argv[1]), attach=sys.argv[2:] == ["--attach"])

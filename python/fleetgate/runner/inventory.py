@@ -28,6 +28,7 @@ from fleetgate.errors import BadInput
 from fleetgate.inputs import check_inventory_source
 from fleetgate.runner import vault
 from fleetgate.runner.connection_vars import host_problems
+from fleetgate.runner.private_state import write_private
 from fleetgate.site import content_env
 from fleetgate.spec.schema import CLASS_NAME_RE
 
@@ -232,13 +233,75 @@ _CACHE: dict[tuple[object, ...], Inventory] = {}
 
 
 def _signature(paths: tuple[Path, ...]) -> tuple[object, ...]:
+    """(path, mtime, size) of every file the sources' answer is read from: a directory's
+    files, and for a file source the group_vars/ and host_vars/ Ansible reads beside it."""
     out: list[object] = []
     for p in paths:
-        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+        if p.is_file():
+            files = [p, *sorted(f for d in ("group_vars", "host_vars")
+                                for f in (p.parent / d).rglob("*") if f.is_file())]
+        else:
+            files = sorted(f for f in p.rglob("*") if f.is_file())
         for f in files:
             st = f.stat()
             out.append((str(f), st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+# The answer a process hands another (the controller to a batch worker), so a rollout asks
+# ansible-inventory once, not once per batch; see save_resolution / load_resolution.
+RESOLUTION_FILE = "inventory.json"
+_PLUGIN_LINE_RE = re.compile(rb"^plugin\s*:", re.M)
+
+
+def _static(sig: tuple[object, ...]) -> bool:
+    """Whether the sources' files are their whole answer: no executable (an inventory script)
+    and no plugin config (a cloud or constructed plugin), whose answer can change while the
+    files stay the same."""
+    for entry in sig:
+        path = Path(str(entry[0]))  # type: ignore[index]
+        try:
+            if os.access(path, os.X_OK):
+                return False
+            if path.suffix in (".yml", ".yaml", ".json") and _PLUGIN_LINE_RE.search(
+                    path.read_bytes()):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def save_resolution(inv: Inventory, path: Path) -> bool:
+    """Write this resolution (private) for another process to reuse while the sources' files
+    are unchanged; nothing is written for a dynamic source (its answer is not its files')."""
+    sig = _signature(inv.sources)
+    if not _static(sig):
+        return False
+    write_private(path, json.dumps({
+        "sources": [str(p) for p in inv.sources], "limit": inv.limit,
+        "signature": sig, "doc": inv.doc}))
+    return True
+
+
+def load_resolution(path: Path) -> Inventory | None:
+    """A resolution save_resolution wrote, only if its sources' files have the signature they
+    had then (path, mtime, size of each file); anything else (an edited or added file, a
+    missing or unreadable record) is None and the caller resolves again. What it loads is
+    validated again (validate_hosts) and kept as this process's answer for those sources."""
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        paths = source_paths(tuple(Path(p) for p in rec["sources"]))
+        limit, doc = rec["limit"], rec["doc"]
+        sig = _signature(paths)
+        if (not isinstance(doc, dict) or [str(p) for p in paths] != rec["sources"]
+                or json.loads(json.dumps(sig)) != rec["signature"] or not _static(sig)):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, BadInput):
+        return None
+    inv = Inventory(paths, validate_limit(limit), doc)
+    validate_hosts(inv)
+    _CACHE[(paths, inv.limit, sig)] = inv
+    return inv
 
 
 _UNPARSED_RE = re.compile(r"^\[ERROR\]: Completely failed to parse inventory source (.+)$", re.M)
