@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from fleetgate.errors import BadInput
 from fleetgate.runner import inventory as layer
 from fleetgate.runner.inventory import resolve_inventory
-from tests.conftest import fleetgate
+from tests.conftest import REPO, fleetgate
 
 INI = """\
 [pool_canary]
@@ -144,14 +145,10 @@ def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
     assert (tmp_path / "state" / "runs").is_dir() and not (tmp_path / "state2").exists()
 
 
-def test_a_resolution_handed_over_is_reused_only_while_its_files_are_unchanged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The controller hands a batch worker its resolution (rollout/worker.py): the worker
-    asks ansible-inventory only when a source file, or the group_vars/host_vars beside an
-    INI file, changed since; what it reuses is validated again."""
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
-    record = tmp_path / "batch" / layer.RESOLUTION_FILE
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The ansible-inventory runs of this test, in a state dir of its own."""
+    monkeypatch.setenv("FLEETGATE_STATE_DIR", str(tmp_path / "state"))
     calls: list[list[str]] = []
     real = layer.subprocess.run
 
@@ -160,42 +157,91 @@ def test_a_resolution_handed_over_is_reused_only_while_its_files_are_unchanged(
         return real(argv, **kw)  # type: ignore[call-overload]
 
     monkeypatch.setattr(layer.subprocess, "run", counting)
-    assert layer.save_resolution(resolve_inventory(ini), record)
-    assert oct(record.stat().st_mode & 0o777) == "0o600"
-    layer._CACHE.clear()  # as in a new process
-    loaded = layer.load_resolution(record)
-    assert loaded is not None and loaded.hosts == ["c1", "m1"]
-    assert resolve_inventory(ini) is loaded and len(calls) == 1
+    layer._CACHE.clear()
+    return calls
 
-    # A group_vars file added beside the INI file: the record no longer counts.
+
+def _new_process() -> None:
+    layer._CACHE.clear()
+
+
+def test_an_answer_kept_on_disk_serves_the_next_process_until_anything_it_depends_on_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted: list[list[str]]) -> None:
+    """The next fleetgate process (a command, a batch worker) reuses an answer from the state
+    dir only while the sources' contents, group_vars beside them, the node classes and the
+    ANSIBLE_* environment are what they were; it is kept privately."""
+    ini = tmp_path / "hosts.ini"
+    ini.write_text(INI)
+    first = resolve_inventory(ini)
+    [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert oct(kept.parent.stat().st_mode & 0o777) == "0o700"
+    _new_process()
+    assert resolve_inventory(ini).doc == first.doc and len(counted) == 1
+
+    # Same size and mtime, other content: asked again.
+    st = ini.stat()
+    ini.write_text(INI.replace("rack=r2", "rack=r3"))
+    os.utime(ini, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _new_process()
+    assert resolve_inventory(ini).hostvars["m1"]["rack"] == "r3" and len(counted) == 2
+
+    # A group_vars file added beside the INI file.
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text("site_note: edited\n")
-    layer._CACHE.clear()
-    assert layer.load_resolution(record) is None
-    assert resolve_inventory(ini).hostvars["m1"]["site_note"] == "edited" and len(calls) == 2
+    _new_process()
+    assert resolve_inventory(ini).hostvars["m1"]["site_note"] == "edited" and len(counted) == 3
 
-    # A record that was tampered with is validated again on load, like a fresh answer.
-    layer.save_resolution(resolve_inventory(ini), record)
-    doc = json.loads(record.read_text())
-    doc["doc"]["_meta"]["hostvars"]["m1"]["ansible_host"] = "-oProxyCommand=x"
-    record.write_text(json.dumps(doc))
-    layer._CACHE.clear()
-    with pytest.raises(BadInput, match="ansible_host"):
-        layer.load_resolution(record)
+    # The node classes the vars plugin reads, and Ansible's environment.
+    classes = tmp_path / "classes"
+    shutil.copytree(REPO / "inventory" / "classes", classes)
+    monkeypatch.setenv("FLEETGATE_CLASSES_DIR", str(classes))
+    _new_process()
+    resolve_inventory(ini)
+    (classes / "note.txt").write_text("x\n")
+    _new_process()
+    resolve_inventory(ini)
+    monkeypatch.setenv("ANSIBLE_INVENTORY_UNPARSED_WARNING", "False")
+    _new_process()
+    resolve_inventory(ini)
+    assert len(counted) == 6
+    _new_process()
+    resolve_inventory(ini, limit="c1")
+    assert len(counted) == 7
+    _new_process()
+    assert resolve_inventory(ini, limit="c1").hosts == ["c1"] and len(counted) == 7
 
-    # Edited source, missing or corrupt record: resolve again.
-    layer.save_resolution(resolve_inventory(ini), record)
-    ini.write_text(INI + "\n[late]\nl1\n")
-    os.utime(ini, ns=(1, 1))
-    assert layer.load_resolution(record) is None
-    record.write_text("{not json")
-    assert layer.load_resolution(record) is None
-    assert layer.load_resolution(tmp_path / "absent.json") is None
 
-    # A script's answer is not its file's: never handed over.
+def test_a_kept_answer_is_validated_again_and_a_bad_one_is_asked_for_afresh(
+        tmp_path: Path, counted: list[list[str]]) -> None:
+    ini = tmp_path / "hosts.ini"
+    ini.write_text(INI)
+    resolve_inventory(ini)
+    [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
+    rec = json.loads(kept.read_text())
+    rec["doc"]["_meta"]["hostvars"]["m1"]["ansible_host"] = "-oProxyCommand=x"
+    kept.write_text(json.dumps(rec))
+    _new_process()
+    assert resolve_inventory(ini).hostvars["m1"]["ansible_host"] == "127.0.0.1"
+    assert len(counted) == 2
+    kept.write_text("{not json")
+    _new_process()
+    assert resolve_inventory(ini).hosts == ["c1", "m1"] and len(counted) == 3
+
+
+def test_no_answer_is_kept_for_a_script_or_for_plaintext_credentials(
+        tmp_path: Path, counted: list[list[str]]) -> None:
     script = tmp_path / "dyn.py"
-    script.write_text(f"#!{sys.executable}\nprint('{{}}')\n")
+    script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps("
+                      "{'g': {'hosts': ['s1']}, '_meta': {'hostvars': {}}}))\n")
     script.chmod(0o755)
-    other = tmp_path / "other.json"
-    assert not layer.save_resolution(layer.Inventory((script,), None, {}), other)
-    assert not other.exists()
+    assert resolve_inventory(script).hosts == ["s1"]
+    secret = tmp_path / "secret.ini"
+    secret.write_text("h1 ansible_host=127.0.0.1 ansible_password=hunter2hunter2\n")
+    assert "h1" in resolve_inventory(secret).hosts
+    # A key file is a path, not a credential: that answer is kept.
+    keyed = tmp_path / "keyed.ini"
+    keyed.write_text("h2 ansible_host=127.0.0.1 ansible_ssh_private_key_file=/k/id\n")
+    resolve_inventory(keyed)
+    [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
+    assert "h2" in kept.read_text() and "hunter2" not in kept.read_text()

@@ -512,7 +512,6 @@ class Controller:
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
         bdir = private_dirs(self.dir / "batches" / bid)
         self.j.start_batch(bid, self.rid, k, kind, hosts, bdir, node=node)
-        worker.hand_over_inventory(bdir, self.inventory)
         pid = worker.spawn(bdir, {
             **spec, "batch_id": bid, "limit": ",".join(hosts), "forks": len(hosts),
             "execution_node": remote, "lease_token": self.lease.token}, warm=self.warm)

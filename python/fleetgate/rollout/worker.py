@@ -14,7 +14,6 @@ Usage (by the controller only): python -m fleetgate.rollout.worker BATCH_DIR
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fleetgate.errors import FleetgateError, validation_error
 from fleetgate.inputs import read_input
 from fleetgate.rollout.journal import Journal
-from fleetgate.runner import ansible, inventory, redact, remote, secret_vars
+from fleetgate.runner import ansible, redact, remote, secret_vars
 from fleetgate.runner.ansible import HostOutcome
 from fleetgate.runner.private_state import PRIVATE_UMASK, private_dirs, write_private
 from fleetgate.runner.remote import RemoteJob, RemoteNode
@@ -186,9 +185,6 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
 
     started = time.time()
     try:
-        # The controller's answer for these sources, if their files are unchanged since (and
-        # validated again on load); otherwise ansible.run asks ansible-inventory itself.
-        inventory.load_resolution(bdir / inventory.RESOLUTION_FILE)
         secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
                                       section="plan")
         r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
@@ -206,16 +202,6 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
     tmp.write_text(redact.text(doc.model_dump_json(indent=2)))
     os.replace(tmp, bdir / RESULT)
     journal.close()
-
-
-def hand_over_inventory(bdir: Path, sources: Path) -> None:
-    """Leave the controller's resolution of `sources` (validated, kept for the process) in
-    the batch dir, so the worker need not ask ansible-inventory again: it reuses it only while
-    the sources' files are unchanged. Best effort: a source that no longer resolves is the
-    worker's to report, in its result, as before."""
-    with contextlib.suppress(FleetgateError, OSError):
-        inventory.save_resolution(inventory.resolve_inventory(sources),
-                                  bdir / inventory.RESOLUTION_FILE)
 
 
 GO = "go"  # in a warm worker's dir: the batch dir it is to run, written once, atomically

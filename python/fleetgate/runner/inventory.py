@@ -13,7 +13,10 @@ or whose node class is not a class name.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -24,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetgate.errors import BadInput
+from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.inputs import check_inventory_source
-from fleetgate.runner import vault
+from fleetgate.runner import redact, vault
 from fleetgate.runner.connection_vars import host_problems
-from fleetgate.runner.private_state import write_private
-from fleetgate.site import content_env
+from fleetgate.runner.private_state import private_dirs, private_state_dir, write_private
+from fleetgate.site import content_env, content_root, current_site
 from fleetgate.spec.schema import CLASS_NAME_RE
 
 # Host names reach command lines (--limit, --hosts=ansible://HOST) and file names.
@@ -232,34 +235,33 @@ def source_paths(inventory: Sources) -> tuple[Path, ...]:
 _CACHE: dict[tuple[object, ...], Inventory] = {}
 
 
-def _signature(paths: tuple[Path, ...]) -> tuple[object, ...]:
-    """(path, mtime, size) of every file the sources' answer is read from: a directory's
-    files, and for a file source the group_vars/ and host_vars/ Ansible reads beside it."""
-    out: list[object] = []
+def _source_files(paths: tuple[Path, ...]) -> list[Path]:
+    """Every file the sources' answer is read from: a directory's files, and for a file
+    source the group_vars/ and host_vars/ Ansible reads beside it."""
+    out: list[Path] = []
     for p in paths:
         if p.is_file():
-            files = [p, *sorted(f for d in ("group_vars", "host_vars")
-                                for f in (p.parent / d).rglob("*") if f.is_file())]
+            out += [p, *sorted(f for d in ("group_vars", "host_vars")
+                               for f in (p.parent / d).rglob("*") if f.is_file())]
         else:
-            files = sorted(f for f in p.rglob("*") if f.is_file())
-        for f in files:
-            st = f.stat()
-            out.append((str(f), st.st_mtime_ns, st.st_size))
-    return tuple(out)
+            out += sorted(f for f in p.rglob("*") if f.is_file())
+    return out
 
 
-# The answer a process hands another (the controller to a batch worker), so a rollout asks
-# ansible-inventory once, not once per batch; see save_resolution / load_resolution.
-RESOLUTION_FILE = "inventory.json"
+def _signature(paths: tuple[Path, ...]) -> tuple[object, ...]:
+    """(path, mtime, size) of each of the sources' files: this process's cache key."""
+    return tuple((str(f), st.st_mtime_ns, st.st_size)
+                 for f in _source_files(paths) for st in (f.stat(),))
+
+
 _PLUGIN_LINE_RE = re.compile(rb"^plugin\s*:", re.M)
 
 
-def _static(sig: tuple[object, ...]) -> bool:
+def _static(files: Sequence[Path]) -> bool:
     """Whether the sources' files are their whole answer: no executable (an inventory script)
     and no plugin config (a cloud or constructed plugin), whose answer can change while the
     files stay the same."""
-    for entry in sig:
-        path = Path(str(entry[0]))  # type: ignore[index]
+    for path in files:
         try:
             if os.access(path, os.X_OK):
                 return False
@@ -271,37 +273,95 @@ def _static(sig: tuple[object, ...]) -> bool:
     return True
 
 
-def save_resolution(inv: Inventory, path: Path) -> bool:
-    """Write this resolution (private) for another process to reuse while the sources' files
-    are unchanged; nothing is written for a dynamic source (its answer is not its files')."""
-    sig = _signature(inv.sources)
-    if not _static(sig):
-        return False
-    write_private(path, json.dumps({
-        "sources": [str(p) for p in inv.sources], "limit": inv.limit,
-        "signature": sig, "doc": inv.doc}))
-    return True
+# Answers are also kept on disk, in the state dir, for the next fleetgate process: every
+# command, batch worker and smoke run would otherwise start ansible-inventory again (about
+# 0.8 s of CPU each, hundreds of times in a rollout's life) for the same files. An answer is
+# kept only for static sources, and found again only under a key made of everything it was
+# computed from: the sources' contents, the node classes and the site (the vars plugin), the
+# ansible.cfg, the ANSIBLE_*/FLEETGATE_* environment, and the code of Ansible, fleetgate and
+# its plugins. What is loaded is validated again, like a fresh answer.
+CACHE_DIR = "inventory-cache"
+CACHE_KEEP = 64  # answers kept; the oldest go first
 
 
-def load_resolution(path: Path) -> Inventory | None:
-    """A resolution save_resolution wrote, only if its sources' files have the signature they
-    had then (path, mtime, size of each file); anything else (an edited or added file, a
-    missing or unreadable record) is None and the caller resolves again. What it loads is
-    validated again (validate_hosts) and kept as this process's answer for those sources."""
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _code_signature() -> list[object]:
+    """(path, mtime, size) of the code that computes an answer: Ansible's inventory and vars
+    code, fleetgate's package (the vars plugin loads classes through it) and its plugins."""
+    spec = importlib.util.find_spec("ansible")  # found, not imported
+    base = Path(spec.origin).parent if spec and spec.origin else Path(sys.prefix)
+    roots = [base / sub for sub in ("inventory", "plugins/inventory", "plugins/vars", "vars")]
+    roots += [Path(__file__).resolve().parents[1], content_root() / "plugins" / "vars"]
+    out: list[object] = [sys.version]
+    for root in roots:
+        for f in sorted(root.rglob("*.py")):
+            st = f.stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+    return out
+
+
+def _answer_key(paths: tuple[Path, ...], limit: str | None) -> str | None:
+    """The disk cache's key for this resolution, or None when its answer is not all in files
+    (see _static)."""
+    files = _source_files(paths)
+    if not _static(files):
+        return None
+    env = ansible_env()
+    classes = Path(env["FLEETGATE_CLASSES_DIR"])
+    data = [*files, Path(env["ANSIBLE_CONFIG"]),
+            *(sorted(f for f in classes.rglob("*") if f.is_file()) if classes.is_dir() else [])]
+    doc = {"sources": [str(p) for p in paths], "limit": limit,
+           "files": [(str(f), _digest(f)) for f in data if f.is_file()],
+           "env": sorted((k, v) for k, v in env.items()
+                         if k.startswith(("ANSIBLE_", "FLEETGATE_"))),
+           "code": _code_signature()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _holds_plain_secret(obj: Any, key: str = "") -> bool:
+    """A plaintext credential among the answer's values (an INI's ansible_password=...):
+    such an answer is not written to disk. Vaulted values are ciphertext, and a *_file key
+    (ansible_ssh_private_key_file) names a path, so neither counts."""
+    if isinstance(obj, Mapping):
+        return any(_holds_plain_secret(v, str(k)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_holds_plain_secret(v, key) for v in obj)
+    return (isinstance(obj, str) and bool(redact.SECRET_KEY_RE.search(key))
+            and not key.endswith("_file") and not obj.startswith("$ANSIBLE_VAULT;"))
+
+
+def _cached_answer(key: str, paths: tuple[Path, ...], limit: str | None) -> Inventory | None:
+    # Looked up without creating anything: a command refused for bad input leaves no state.
+    path = current_site().state_dir / CACHE_DIR / f"{key}.json"
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-        paths = source_paths(tuple(Path(p) for p in rec["sources"]))
-        limit, doc = rec["limit"], rec["doc"]
-        sig = _signature(paths)
-        if (not isinstance(doc, dict) or [str(p) for p in paths] != rec["sources"]
-                or json.loads(json.dumps(sig)) != rec["signature"] or not _static(sig)):
-            return None
-    except (OSError, ValueError, KeyError, TypeError, BadInput):
+        doc = rec["doc"]
+        if rec.get("key") != key or not isinstance(doc, dict):
+            raise ValueError(key)
+        inv = Inventory(paths, limit, doc)
+        validate_hosts(inv)
+    except FileNotFoundError:
         return None
-    inv = Inventory(paths, validate_limit(limit), doc)
-    validate_hosts(inv)
-    _CACHE[(paths, inv.limit, sig)] = inv
+    except (OSError, ValueError, KeyError, TypeError, BadInput):
+        # Unreadable, or not what this key's answer could be: ask Ansible again.
+        path.unlink(missing_ok=True)
+        return None
     return inv
+
+
+def _keep_answer(key: str, inv: Inventory) -> None:
+    if _holds_plain_secret(inv.doc):
+        return
+    d = private_dirs(private_state_dir() / CACHE_DIR)
+    tmp = d / f".{key}.{os.getpid()}.tmp"
+    write_private(tmp, json.dumps({"key": key, "doc": inv.doc}))
+    os.replace(tmp, d / f"{key}.json")
+    kept = sorted(d.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
+    for old in kept[:-CACHE_KEEP]:
+        old.unlink(missing_ok=True)
 
 
 _UNPARSED_RE = re.compile(r"^\[ERROR\]: Completely failed to parse inventory source (.+)$", re.M)
@@ -410,6 +470,13 @@ def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) 
     key = (paths, limit, _signature(paths))
     if key in _CACHE:
         return _CACHE[key]
+    try:
+        disk_key = _answer_key(paths, limit)
+        if disk_key is not None and (kept := _cached_answer(disk_key, paths, limit)):
+            _CACHE[key] = kept
+            return kept
+    except (OSError, FleetgateError):
+        disk_key = None  # no usable state dir or classes: resolve without the disk cache
     argv = [str(Path(sys.executable).parent / "ansible-inventory"), "--list"]
     for p in paths:
         argv += ["-i", str(p)]
@@ -437,4 +504,7 @@ def resolve_inventory(inventory: Sources | Inventory, limit: str | None = None) 
     inv = Inventory(paths, limit, doc)
     validate_hosts(inv)
     _CACHE[key] = inv
+    if disk_key is not None:
+        with contextlib.suppress(OSError, FleetgateError):
+            _keep_answer(disk_key, inv)
     return inv
