@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetgate.isotime import iso
+from fleetgate.isotime import duration, iso
 from fleetgate.rollout.journal import FAILED_HOST, IN_FLIGHT, Journal
-from fleetgate.rollout.report_data import duration
 
 # Smoke labels that are gate verdicts on a changed host (the others are measurements).
 GATE_LABELS = ("verify", "soak", "rollback-verify")

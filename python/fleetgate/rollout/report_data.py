@@ -40,15 +40,6 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def duration(seconds: float) -> str:
-    s = round(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 def load(j: Journal, rid: str) -> tuple[RolloutRow, list[dict[str, Any]]]:
     """The rollout and all its events except ansible's (the run dirs keep those in full)."""
     row = j.rollout(rid)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fleetgate.isotime import duration
 from fleetgate.judge.compare import sides
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout import report_plots
@@ -107,7 +108,7 @@ def _header(s: dict[str, Any], row_created: float, end: float, change: str = "",
              + "; ".join(f"wave {w['wave']}: {w['failed']}/{w['tolerated']}"
                          for w in s["waves"])),
             ("started", esc(rd.when(row_created))),
-            ("last journal entry", f"{esc(rd.when(end))} ({esc(rd.duration(end - row_created))}"
+            ("last journal entry", f"{esc(rd.when(end))} ({esc(duration(end - row_created))}"
              " after start)"),
             ("inventory", f"<code>{esc(s['inventory'])}</code>"),
             ("started by", f"<code>{esc(who['by'])}</code> at git <code>{esc(who['git'])}"

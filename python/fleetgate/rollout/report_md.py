@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetgate.isotime import duration
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.plan import change_label
@@ -37,7 +38,7 @@ def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
     change = rd.change_statement(row, events)
     lines = [
         f"**{s['state'].upper()}**: {code(change)} on class {code(node_class)}, "
-        f"{len(s['hosts'])} hosts ({counts}), {rd.duration(end - row.created_at)}, "
+        f"{len(s['hosts'])} hosts ({counts}), {duration(end - row.created_at)}, "
         f"by {code(who['by'])} at git {code(who['git'])}",
         "",
         f"### Rollout {code(rid)} (plan {code(row.name)})",
