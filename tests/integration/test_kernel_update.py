@@ -130,9 +130,10 @@ def test_golden_image_host_boots_its_kernel_and_loads_the_class_dkms_module(
     # First boot made the machine its own: a new machine-id, the lab's host key in use.
     assert len(vm.ssh("cat /etc/machine-id")) == 32
     # The lab disk masks housekeeping that would race the updates below for CPU and the dpkg
-    # lock (lab/vm_hosts.py); the image itself is unchanged.
+    # lock, and lets dpkg skip its per-file syncs (lab/vm_hosts.py); the image is unchanged.
     assert vm.ssh("systemctl is-enabled apt-daily.timer e2scrub_reap.service || true").split(
         ) == ["masked", "masked"]
+    assert "force-unsafe-io" in vm.ssh("cat /etc/dpkg/dpkg.cfg.d/fleetgate-lab").split()
 
 
 def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:

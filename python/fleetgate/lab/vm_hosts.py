@@ -41,6 +41,13 @@ LAB_INITRAMFS_TEXT = ("# fleetgate lab VM (emulated, virtio only)\nMODULES=dep\n
 # nothing is lost; real hosts keep them (this is written into lab disks only).
 LAB_MASKED_UNITS = ("e2scrub_reap.service", "e2scrub_all.timer", "apt-daily.timer",
                     "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "fstrim.timer")
+# dpkg syncs every file it unpacks before renaming it into place; a kernel update unpacks
+# about 17,000 (image and headers), and under TCG each sync is an emulated ext4 journal commit.
+# Side by side on two lab VMs, unpacking the 6.1.0-57 image and headers took 224 s with
+# unsafe-io against 289 s without. The disk is written through on every clean reboot (see
+# vm_supervisor.py) and thrown away with its lab; real hosts keep dpkg's default.
+LAB_DPKG_CONF = "etc/dpkg/dpkg.cfg.d/fleetgate-lab"
+LAB_DPKG_TEXT = "# fleetgate lab VM (emulated, thrown away with its lab)\nforce-unsafe-io\n"
 
 
 def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None = None) -> Path:
@@ -68,6 +75,8 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None
         initramfs_conf = staging / LAB_INITRAMFS_CONF
         initramfs_conf.parent.mkdir(parents=True, exist_ok=True)
         initramfs_conf.write_text(LAB_INITRAMFS_TEXT)
+        (staging / LAB_DPKG_CONF).parent.mkdir(parents=True, exist_ok=True)
+        (staging / LAB_DPKG_CONF).write_text(LAB_DPKG_TEXT)
         units = staging / "etc" / "systemd" / "system"
         units.mkdir(parents=True, exist_ok=True)
         for unit in LAB_MASKED_UNITS:
