@@ -10,6 +10,7 @@ inside the controller: the lines show exactly what is committed, as `history` wo
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from fleetgate.cli import output as ui
 from fleetgate.cli.options import finite
 from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.isotime import iso
+from fleetgate.lab.paths import LabPaths
 from fleetgate.revision import git_revision, operator
 from fleetgate.rollout import signing
 from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal, check_id
@@ -33,6 +35,7 @@ from fleetgate.rollout.lease import LeaseHeld, holder
 from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
+    diagnose_step,
     history_line,
     summary,
 )
@@ -83,6 +86,20 @@ WebhookOpt = Annotated[str | None, typer.Option(
 
 def _journal() -> Journal:
     return Journal()
+
+
+def held_step(inventory: str, host: str) -> str:
+    """What to run for a held host: a lab's (an inventory `fleetgate lab up` wrote) heals it
+    with `fleetgate lab heal`; any other host is diagnosed."""
+    inv = Path(inventory)
+    lab = LabPaths(inv.parent)
+    if inv == lab.inventory and lab.marker.exists():
+        return f"fleetgate lab --lab-dir {shlex.quote(str(lab.root))} heal {host}"
+    return diagnose_step(inventory, host)
+
+
+def _summary(j: Journal, rid: str) -> dict[str, Any]:
+    return summary(j, rid, held_step=held_step)
 
 
 def _say(as_json: bool) -> Any:
@@ -246,11 +263,11 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
     live: Live | None = None
     if live_view:
         # A terminal gets one live table instead of a scroll of lines.
-        live = Live(_status_view(summary(j, rid)), console=ui.console, refresh_per_second=2)
+        live = Live(_status_view(_summary(j, rid)), console=ui.console, refresh_per_second=2)
 
         def emit_live(_rec: dict[str, Any]) -> None:
             assert live is not None
-            live.update(_status_view(summary(j, rid)))
+            live.update(_status_view(_summary(j, rid)))
         follower = progress.Follower(j.path, rid, emit_live, heartbeat_s=heartbeat,
                                      after=after)
         live.start()
@@ -260,7 +277,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
                      log=(lambda m: ui.console.print(ui.esc(m))) if live_view else log)
     if metrics_file is not None:
         rollout_metrics.attach(j, rid, metrics_file)
-    notifier = notify.attach(j, rid, webhook, log=log) if webhook else None
+    notifier = notify.attach(j, rid, webhook, log=log, held_step=held_step) if webhook else None
     follower.start()
     try:
         state = ctl.run(resume=resume)
@@ -270,7 +287,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
             live.stop()
         if notifier is not None:
             notifier.close()
-    _show_status(summary(j, rid), out)
+    _show_status(_summary(j, rid), out)
     raise typer.Exit(EXIT_BY_STATE.get(state, 1))
 
 
@@ -364,7 +381,7 @@ def resume(
         # Idempotent: resuming a finished rollout reports how it finished.
         if out is not ui.Output.json:
             print(f"rollout {rollout_id} is already {row.state}; nothing to resume")
-        _show_status(summary(j, rollout_id), out)
+        _show_status(_summary(j, rollout_id), out)
         raise typer.Exit(EXIT_BY_STATE[row.state])
     _run(j, rollout_id, resume=True, out=out, lease_ttl=lease_ttl, log_format=log_format,
          heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
@@ -463,12 +480,12 @@ def status(
     # The follower starts after the last event read *before* the first frame: a change made
     # while that frame prints gets its line (at worst twice), never none.
     events = j.events(rid) if watch else []
-    s = summary(j, rid)
+    s = _summary(j, rid)
     if watch and out is ui.Output.table:
         with Live(_status_view(s), console=ui.console, refresh_per_second=2) as live:
             while s["state"] not in TERMINAL_ROLLOUT:
                 time.sleep(1)
-                s = summary(j, rollout_id)
+                s = _summary(j, rollout_id)
                 live.update(_status_view(s))
     elif watch:
         # Not a terminal: a line whenever something changes, the same lines `start` prints.
@@ -485,7 +502,7 @@ def status(
         while s["state"] not in TERMINAL_ROLLOUT:
             f.poll(j)
             time.sleep(1)
-            s = summary(j, rollout_id)
+            s = _summary(j, rollout_id)
         f.poll(j)
     _show_status(s, out)
     raise typer.Exit(EXIT_BY_STATE.get(s["state"], 0))
@@ -638,7 +655,7 @@ def abort(
     j.set_hosts(rollout_id, [x for x, r in j.hosts(rollout_id).items() if r.state == "pending"],
                 "skipped", f"rollout aborted: {reason}")
     j.set_rollout(rollout_id, "aborted", reason=f"aborted by {by}: {reason}")
-    s = summary(j, rollout_id)
+    s = _summary(j, rollout_id)
     if out is ui.Output.json:
         ui.print_json(s)
     else:
@@ -737,7 +754,8 @@ def report(
     j = _journal()
     rid = check_id(rollout_id)
     # Render both before writing either: a bad id leaves no half-written pair behind.
-    texts = [(p, r.render(j, rid, html_path=html_out) if r is report_md else r.render(j, rid))
+    texts = [(p, r.render(j, rid, html_path=html_out, held_step=held_step) if r is report_md
+              else r.render(j, rid, held_step=held_step))
              for p, r in ((html_out, report_html), (md_out, report_md)) if p is not None]
     for p, text in texts:
         _write_out(p, text)
