@@ -27,6 +27,29 @@ pool_main
 """
 
 
+@pytest.fixture
+def ini(tmp_path: Path) -> Path:
+    """INI above, as tmp_path/hosts.ini."""
+    path = tmp_path / "hosts.ini"
+    path.write_text(INI)
+    return path
+
+
+@pytest.fixture
+def inventory_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The argv of each command the inventory layer runs (ansible-inventory), as it runs it:
+    how a test counts resolutions."""
+    calls: list[list[str]] = []
+    real = layer.subprocess.run
+
+    def counting(argv: list[str], **kw: object) -> object:
+        calls.append(argv)
+        return real(argv, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(layer.subprocess, "run", counting)
+    return calls
+
+
 def _dir_inventory(root: Path) -> Path:
     d = root / "inv.d"
     (d / "group_vars").mkdir(parents=True)
@@ -39,9 +62,7 @@ def _dir_inventory(root: Path) -> Path:
     return d
 
 
-def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path) -> None:
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
+def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path, ini: Path) -> None:
     inv = resolve_inventory(ini)
     assert inv.hosts == ["c1", "m1"]
     assert inv.hostvars["c1"]["rack"] == "r1" and inv.hostvars["c1"]["ansible_port"] == 1
@@ -59,13 +80,11 @@ def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path) -> Non
     assert resolve_inventory([ini, d], "pool_extra").hosts == ["x1", "x2"]
 
 
-def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
+def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path, ini: Path) -> None:
     script = tmp_path / "dyn.py"
     script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'web': "
                       "{'hosts': ['s1']}, '_meta': {'hostvars': {'s1': {'rack': 'r3'}}}}))\n")
     script.chmod(0o755)
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
     inv = resolve_inventory([script, ini])
     assert inv.hostvars["s1"]["rack"] == "r3" and "c1" in inv.hosts
     # testinfra resolves again, one process per group of hosts: each gets a script that
@@ -83,19 +102,9 @@ def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
     assert "gpu" in inv.groups_of()["m1"]  # through pool_main's parent, kept in the stand-in
 
 
-def test_resolved_once_per_command_and_again_after_an_edit(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
-    calls: list[list[str]] = []
-    real = layer.subprocess.run
-
-    def counting(argv: list[str], **kw: object) -> object:
-        calls.append(argv)
-        return real(argv, **kw)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(layer.subprocess, "run", counting)
+def test_resolved_once_per_command_and_again_after_an_edit(
+        ini: Path, inventory_calls: list[list[str]]) -> None:
+    calls = inventory_calls
     first = resolve_inventory(ini)
     assert resolve_inventory(ini) is first and len(calls) == 1
     ini.write_text(INI + "\n[late]\nl1\n")
@@ -125,11 +134,9 @@ def test_missing_and_odd_sources(tmp_path: Path) -> None:
         resolve_inventory(tmp_path, "a;rm -rf /")
 
 
-def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
+def test_fleet_commands_take_ini_inventories(tmp_path: Path, ini: Path) -> None:
     """`fleet facts -i hosts.ini` used to fail with a YAML error; now Ansible reads the INI
     (the host is unreachable: port 1), and a broken INI is exit 2 before any run."""
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
     env = {"FLEETGATE_STATE_DIR": str(tmp_path / "state")}
     proc = fleetgate("fleet", "ping", "-i", str(ini), "--limit", "c1", "--json", env=env,
                      timeout=180)
@@ -145,21 +152,12 @@ def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
 
 
 def test_a_resolution_handed_over_is_reused_only_while_its_files_are_unchanged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, ini: Path, inventory_calls: list[list[str]]) -> None:
     """The controller hands a batch worker its resolution (rollout/worker.py): the worker
     asks ansible-inventory only when a source file, or the group_vars/host_vars beside an
     INI file, changed since; what it reuses is validated again."""
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
+    calls = inventory_calls
     record = tmp_path / "batch" / layer.RESOLUTION_FILE
-    calls: list[list[str]] = []
-    real = layer.subprocess.run
-
-    def counting(argv: list[str], **kw: object) -> object:
-        calls.append(argv)
-        return real(argv, **kw)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(layer.subprocess, "run", counting)
     assert layer.save_resolution(resolve_inventory(ini), record)
     assert oct(record.stat().st_mode & 0o777) == "0o600"
     layer._CACHE.clear()  # as in a new process
