@@ -662,8 +662,9 @@ def test_run_wires_metrics_file_and_webhook(fresh: Journal, hook: Hook, tmp_path
     monkeypatch.setattr(engine, "Controller", FakeController)
     prom = tmp_path / "rollout.prom"
     with pytest.raises(typer.Exit) as exc:
-        rollout_cmd._run(fresh, RID, resume=True, out=Output.json, lease_ttl=30,
-                         metrics_file=prom, webhook=hook.url)
+        rollout_cmd._run(fresh, RID, rollout_cmd.Drive(Output.json, lease_ttl=30,
+                                                       metrics_file=prom, webhook=hook.url),
+                         resume=True)
     assert exc.value.exit_code == 0
     s = parse(prom.read_text())
     assert value(s, "fleetgate_rollout_state", state="completed") == 1
