@@ -15,17 +15,14 @@ from pathlib import Path
 
 from tests.corpus.base import Base, artifact_doc
 from tests.corpus.entry import (
-    DIR_REASON,
-    FIFO_REASON,
     Doc,
     Entry,
     Mutation,
     deep_json,
-    directory,
     drop,
     edits,
-    fifo,
     mutated,
+    not_regular,
     put,
     write,
 )
@@ -155,10 +152,9 @@ def entries(base: Base) -> list[Entry]:
     ]
     for eid, content, field, why in raw:
         add(eid, content, field, why)
-    add("directory", None, DIR_REASON, "a directory named like an artifact",
-        made=directory(base.dir("artifact", "directory") / "artifact.json"))
-    add("fifo", None, FIFO_REASON, "a named pipe as the artifact",
-        made=fifo(base.dir("artifact", "fifo") / "artifact.json"))
+    for eid, path, reason, why in not_regular(
+            lambda e: base.dir("artifact", e) / "artifact.json", "an artifact", "the artifact"):
+        add(eid, None, reason, why, made=path)
     # A valid artifact with an inventory override: its hosts were fixed when it was planned.
     out.append(Entry("artifact-with-inventory-flag", "artifact",
                      ("rollout", "start", str(base.artifact), "-i", str(base.inventory)),

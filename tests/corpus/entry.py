@@ -131,6 +131,16 @@ def directory(path: Path) -> Path:
     return path
 
 
+def not_regular(path_for: Callable[[str], Path], a_file: str, the_file: str
+                ) -> list[tuple[str, Path, str, str]]:
+    """A directory and a named pipe where a family's file belongs: (id, path, the reason its
+    refusal must give, why), each at `path_for(id)`. `a_file`/`the_file` name the file in the
+    why: "a plan", "the plan"."""
+    return [("directory", directory(path_for("directory")), DIR_REASON,
+             f"a directory named like {a_file}"),
+            ("fifo", fifo(path_for("fifo")), FIFO_REASON, f"a named pipe as {the_file}")]
+
+
 def symlink(path: Path, target: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.symlink_to(target)

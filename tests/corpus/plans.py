@@ -10,16 +10,15 @@ from pathlib import Path
 
 from tests.corpus.base import Base
 from tests.corpus.entry import (
-    DIR_REASON,
     FIFO_REASON,
     Doc,
     Entry,
     Mutation,
-    directory,
     drop,
     edits,
     fifo,
     mutated,
+    not_regular,
     put,
     write,
     write_yaml,
@@ -149,14 +148,9 @@ def entries(base: Base) -> list[Entry]:
     for eid, content, field, why in raw:
         path = write(plans / f"{eid}.yml", content)
         out.append(_plan_entry(base, eid, path, field, why))
-    d = directory(plans / "directory.yml")
-    out.append(Entry("plan-directory", "plan", ("rollout", "plan", str(d)),
-                     ("directory.yml", DIR_REASON),
-                     "a directory named like a plan"))
-    f = fifo(plans / "fifo.yml")
-    out.append(Entry("plan-fifo", "plan", ("rollout", "plan", str(f)),
-                     ("fifo.yml", FIFO_REASON),
-                     "a named pipe as the plan"))
+    for eid, path, reason, why in not_regular(lambda e: plans / f"{e}.yml", "a plan", "the plan"):
+        out.append(Entry(f"plan-{eid}", "plan", ("rollout", "plan", str(path)),
+                         (f"{eid}.yml", reason), why))
     f = fifo(plans / "fifo-start.yml")
     out.append(Entry("plan-fifo-start", "plan", ("rollout", "start", str(f)),
                      ("fifo-start.yml", FIFO_REASON), "a named pipe given to rollout start"))

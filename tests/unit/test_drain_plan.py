@@ -19,13 +19,9 @@ from fleetgate.rollout.plan import (
     load_plan,
 )
 from tests.conftest import fleetgate
+from tests.fixtures.rollout.plans import minimal_plan
 
-BASE: dict[str, Any] = {
-    "name": "drain-unit",
-    "targets": {"inventory": "inventory.yml", "class": "lab-cpu"},
-    "change": {"playbook": "examples/rollout/stamp-version.yml"},
-    "waves": {"pools": ["pool_canary", "pool_wave1"]},
-}
+BASE = minimal_plan("drain-unit", "inventory.yml")
 
 
 def plan(**over: Any) -> RolloutPlan:

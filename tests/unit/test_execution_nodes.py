@@ -29,15 +29,10 @@ from fleetgate.runner import ansible, remote
 from fleetgate.runner.inventory import Inventory
 from fleetgate.system import recipes
 from tests.conftest import REPO, fleetgate
+from tests.fixtures.rollout.plans import minimal_plan
 from tests.privacy import assert_private_tree, find_secret
 
-BASE: dict[str, Any] = {
-    "name": "unit-exec",
-    "targets": {"inventory": "inv.yml", "class": "lab-cpu"},
-    "change": {"playbook": "examples/rollout/stamp-version.yml"},
-    "waves": {"pools": ["pool_canary", "pool_wave1"]},
-    "execution": {"nodes": {"za": "x1", "zb": "x2"}},
-}
+BASE = minimal_plan("unit-exec", execution={"nodes": {"za": "x1", "zb": "x2"}})
 
 INVENTORY: dict[str, Any] = {"all": {
     "vars": {"ansible_host": "127.0.0.1", "ansible_port": 1},  # never contacted: plan only

@@ -28,6 +28,29 @@ pool_main
 """
 
 
+@pytest.fixture
+def ini(tmp_path: Path) -> Path:
+    """INI above, as tmp_path/hosts.ini."""
+    path = tmp_path / "hosts.ini"
+    path.write_text(INI)
+    return path
+
+
+@pytest.fixture
+def inventory_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The argv of each command the inventory layer runs (ansible-inventory), as it runs it:
+    how a test counts resolutions."""
+    calls: list[list[str]] = []
+    real = layer.subprocess.run
+
+    def counting(argv: list[str], **kw: object) -> object:
+        calls.append(argv)
+        return real(argv, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(layer.subprocess, "run", counting)
+    return calls
+
+
 def _dir_inventory(root: Path) -> Path:
     d = root / "inv.d"
     (d / "group_vars").mkdir(parents=True)
@@ -40,9 +63,7 @@ def _dir_inventory(root: Path) -> Path:
     return d
 
 
-def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path) -> None:
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
+def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path, ini: Path) -> None:
     inv = resolve_inventory(ini)
     assert inv.hosts == ["c1", "m1"]
     assert inv.hostvars["c1"]["rack"] == "r1" and inv.hostvars["c1"]["ansible_port"] == 1
@@ -60,13 +81,11 @@ def test_ini_and_a_directory_resolve_as_ansible_sees_them(tmp_path: Path) -> Non
     assert resolve_inventory([ini, d], "pool_extra").hosts == ["x1", "x2"]
 
 
-def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
+def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path, ini: Path) -> None:
     script = tmp_path / "dyn.py"
     script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'web': "
                       "{'hosts': ['s1']}, '_meta': {'hostvars': {'s1': {'rack': 'r3'}}}}))\n")
     script.chmod(0o755)
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
     inv = resolve_inventory([script, ini])
     assert inv.hostvars["s1"]["rack"] == "r3" and "c1" in inv.hosts
     # testinfra resolves again, one process per group of hosts: each gets a script that
@@ -84,19 +103,9 @@ def test_a_script_inventory_and_the_one_host_stand_in(tmp_path: Path) -> None:
     assert "gpu" in inv.groups_of()["m1"]  # through pool_main's parent, kept in the stand-in
 
 
-def test_resolved_once_per_command_and_again_after_an_edit(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
-    calls: list[list[str]] = []
-    real = layer.subprocess.run
-
-    def counting(argv: list[str], **kw: object) -> object:
-        calls.append(argv)
-        return real(argv, **kw)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(layer.subprocess, "run", counting)
+def test_resolved_once_per_command_and_again_after_an_edit(
+        ini: Path, inventory_calls: list[list[str]]) -> None:
+    calls = inventory_calls
     first = resolve_inventory(ini)
     assert resolve_inventory(ini) is first and len(calls) == 1
     ini.write_text(INI + "\n[late]\nl1\n")
@@ -126,11 +135,9 @@ def test_missing_and_odd_sources(tmp_path: Path) -> None:
         resolve_inventory(tmp_path, "a;rm -rf /")
 
 
-def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
+def test_fleet_commands_take_ini_inventories(tmp_path: Path, ini: Path) -> None:
     """`fleet facts -i hosts.ini` used to fail with a YAML error; now Ansible reads the INI
     (the host is unreachable: port 1), and a broken INI is exit 2 before any run."""
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
     env = {"FLEETGATE_STATE_DIR": str(tmp_path / "state")}
     proc = fleetgate("fleet", "ping", "-i", str(ini), "--limit", "c1", "--json", env=env,
                      timeout=180)
@@ -146,19 +153,12 @@ def test_fleet_commands_take_ini_inventories(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The ansible-inventory runs of this test, in a state dir of its own."""
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            inventory_calls: list[list[str]]) -> list[list[str]]:
+    """inventory_calls, with a state dir of this test's own and an empty process cache."""
     monkeypatch.setenv("FLEETGATE_STATE_DIR", str(tmp_path / "state"))
-    calls: list[list[str]] = []
-    real = layer.subprocess.run
-
-    def counting(argv: list[str], **kw: object) -> object:
-        calls.append(argv)
-        return real(argv, **kw)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(layer.subprocess, "run", counting)
     layer._CACHE.clear()
-    return calls
+    return inventory_calls
 
 
 def _new_process() -> None:
@@ -166,12 +166,11 @@ def _new_process() -> None:
 
 
 def test_an_answer_kept_on_disk_serves_the_next_process_until_anything_it_depends_on_changes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted: list[list[str]]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ini: Path,
+        counted: list[list[str]]) -> None:
     """The next fleetgate process (a command, a batch worker) reuses an answer from the state
     dir only while the sources' contents, group_vars beside them, the node classes and the
     ANSIBLE_* environment are what they were; it is kept privately."""
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
     first = resolve_inventory(ini)
     [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
     assert oct(kept.stat().st_mode & 0o777) == "0o600"
@@ -213,9 +212,7 @@ def test_an_answer_kept_on_disk_serves_the_next_process_until_anything_it_depend
 
 
 def test_a_kept_answer_is_validated_again_and_a_bad_one_is_asked_for_afresh(
-        tmp_path: Path, counted: list[list[str]]) -> None:
-    ini = tmp_path / "hosts.ini"
-    ini.write_text(INI)
+        tmp_path: Path, ini: Path, counted: list[list[str]]) -> None:
     resolve_inventory(ini)
     [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
     rec = json.loads(kept.read_text())

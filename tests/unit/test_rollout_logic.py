@@ -23,13 +23,9 @@ from fleetgate.rollout.plan import RolloutPlan, Window, budget_count, load_plan
 from fleetgate.rollout.waves import Assignment, Host, assign, step_sizes
 from fleetgate.spec.loader import load_class
 from tests.conftest import REPO, fleetgate
+from tests.fixtures.rollout.plans import minimal_plan
 
-BASE: dict[str, Any] = {
-    "name": "unit",
-    "targets": {"inventory": "inv.yml", "class": "lab-cpu"},
-    "change": {"playbook": "examples/rollout/stamp-version.yml"},
-    "waves": {"pools": ["pool_canary", "pool_wave1"]},
-}
+BASE = minimal_plan("unit")
 
 
 def plan(**over: Any) -> RolloutPlan:

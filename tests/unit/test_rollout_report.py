@@ -662,8 +662,9 @@ def test_run_wires_metrics_file_and_webhook(fresh: Journal, hook: Hook, tmp_path
     monkeypatch.setattr(engine, "Controller", FakeController)
     prom = tmp_path / "rollout.prom"
     with pytest.raises(typer.Exit) as exc:
-        rollout_cmd._run(fresh, RID, resume=True, out=Output.json, lease_ttl=30,
-                         metrics_file=prom, webhook=hook.url)
+        rollout_cmd._run(fresh, RID, rollout_cmd.Drive(Output.json, lease_ttl=30,
+                                                       metrics_file=prom, webhook=hook.url),
+                         resume=True)
     assert exc.value.exit_code == 0
     s = parse(prom.read_text())
     assert value(s, "fleetgate_rollout_state", state="completed") == 1
@@ -744,19 +745,44 @@ def test_canary_plot_labels_its_unit_says_fail_in_red_and_shows_the_score() -> N
 
 
 def test_a_held_host_of_a_lab_gets_the_lab_heal_command(tmp_path: Path) -> None:
+    """The lab is the CLI's to know (rollout/ imports nothing of it): `rollout status`, its
+    report and its webhook say `lab heal`; the rollout package alone says `diagnose`."""
     lab = tmp_path / "my lab"
     lab.mkdir()
     (lab / ".fleetgate-lab").touch()
     (lab / "inventory.yml").write_text("all: {}\n")
-    j = Journal(tmp_path / "j.db")
+    j = Journal(tmp_path / "rollouts" / "journal.db")
     j.create_rollout(RID, "driver-575", str(lab / "inventory.yml"), report_data_artifact(),
                      WAVES)
     j.set_host(RID, "gpu-a01", "failed_held", "gate discovery fail")
     j.set_rollout(RID, "halted", reason="rollout budget exceeded")
-    steps = status.summary(j, RID)["next_steps"]
     # Quoted for the shell: the lab directory has a space in it.
-    assert f"fleetgate lab --lab-dir '{lab}' heal gpu-a01" in steps, steps
+    heal = f"fleetgate lab --lab-dir '{lab}' heal gpu-a01"
+    steps = status.summary(j, RID, held_step=rollout_cmd.held_step)["next_steps"]
+    assert heal in steps, steps
     assert not any(x.startswith("fleetgate diagnose") for x in steps)
+    assert notify.payload(j, RID, "halt", {}, held_step=rollout_cmd.held_step)[
+        "next_steps"] == steps
+    assert f"fleetgate diagnose -i '{lab}/inventory.yml' --limit gpu-a01" in status.summary(
+        j, RID)["next_steps"]
+    # What an operator reads: the status the CLI prints, and the report it writes.
+    md = tmp_path / "r.md"
+    env = {"FLEETGATE_STATE_DIR": str(tmp_path)}
+    proc = fleetgate("rollout", "status", RID, env=env)
+    assert proc.returncode == 10 and f"  {heal}\n" in proc.stdout, proc.stdout + proc.stderr
+    proc = fleetgate("rollout", "report", RID, "--md", str(md), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert heal in md.read_text() and "fleetgate diagnose" not in md.read_text()
+
+
+def test_a_held_host_of_an_inventory_beside_no_lab_marker_is_diagnosed(tmp_path: Path) -> None:
+    inv = tmp_path / "inventory.yml"  # a lab's file name, but no .fleetgate-lab beside it
+    assert rollout_cmd.held_step(str(inv), "h1") == f"fleetgate diagnose -i {inv} --limit h1"
+    (tmp_path / ".fleetgate-lab").touch()
+    assert rollout_cmd.held_step(str(tmp_path / "hosts.yml"), "h1").startswith(
+        "fleetgate diagnose -i ")
+    assert rollout_cmd.held_step(str(inv), "h1") == (
+        f"fleetgate lab --lab-dir {tmp_path} heal h1")
 
 
 def test_history_says_who_approved_without_the_signature_blob(tmp_path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from fleetgate.cli import output as ui
-from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources
+from fleetgate.cli.options import InventoryOpt, LimitOpt, inventory_sources, shared
 from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
 from fleetgate.runner.connection_vars import value_problem
@@ -26,21 +27,37 @@ app = typer.Typer(help="Operations on hosts, through ansible-runner.", no_args_i
 PLAYBOOK_RE = re.compile(r"^[A-Za-z0-9_./-]{1,300}$")
 
 
+@dataclass(frozen=True)
+class Hosts:
+    """What a fleet command looks at and how it answers: the inventory's sources, the --limit
+    pattern, the output format."""
+
+    sources: tuple[Path, ...]
+    limit: str | None
+    out: ui.Output
+
+
+def _hosts(inventory: InventoryOpt = None, limit: LimitOpt = None,
+           as_json: ui.JsonFlag = False, output: ui.OutputOpt = None) -> Hosts:
+    out = ui.fmt(as_json, output)  # a --json/-o clash first, as before the inventory
+    return Hosts(inventory_sources(inventory), limit, out)
+
+
+# The options of every fleet command that takes just a host selection and an output format.
+on_hosts = shared("on", _hosts)
+
+
 @app.command()
 @ui.documented([
     "fleetgate fleet hosts -i inventory.yml",
     "fleetgate fleet hosts -i inventory.yml --limit '~lab-c0[12]' -o json",
 ], "0 at least one host matched, 1 none did, 2 bad input")
-def hosts(
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    as_json: ui.JsonFlag = False,
-    output: ui.OutputOpt = None,
-) -> None:
+@on_hosts
+def hosts(*, on: Hosts) -> None:
     """The hosts a --limit selects, with their class, address and groups, as Ansible resolves
     them (vars plugins included) and after fleetgate's checks; contacts no host."""
-    out = ui.fmt(as_json, output)
-    inv = resolve_inventory(inventory_sources(inventory), limit)
+    out, limit = on.out, on.limit
+    inv = resolve_inventory(on.sources, limit)
     groups = inv.groups_of()
     rows = {h: {"class": str(hv.get("fleetgate_class") or ""),
                 "address": str(hv.get("ansible_host", h)),
@@ -62,15 +79,11 @@ def hosts(
     "fleetgate fleet ping -i inventory.yml",
     "fleetgate fleet ping -i inventory.yml --limit lab-c01 --json",
 ])
-def ping(
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    as_json: ui.JsonFlag = False,
-    output: ui.OutputOpt = None,
-) -> None:
+@on_hosts
+def ping(*, on: Hosts) -> None:
     """Ping hosts with Ansible's ping module; exit 1 if any host is unreachable or fails."""
-    out = ui.fmt(as_json, output)
-    result = ansible.run(inventory=inventory_sources(inventory), module="ping", limit=limit)
+    out = on.out
+    result = ansible.run(inventory=on.sources, module="ping", limit=on.limit)
     rows = {h: {"outcome": r.outcome, "message": r.message}
             for h, r in sorted(result.hosts.items())}
     if out is ui.Output.json:
@@ -91,16 +104,12 @@ def ping(
     "fleetgate fleet facts -i inventory.yml --limit lab-c01",
     "fleetgate fleet facts -i inventory.yml --json",
 ])
-def facts(
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    as_json: ui.JsonFlag = False,
-    output: ui.OutputOpt = None,
-) -> None:
+@on_hosts
+def facts(*, on: Hosts) -> None:
     """Kernel, OS and class of each host (playbooks/facts.yml); exit 1 if any host fails."""
-    out = ui.fmt(as_json, output)
-    result = ansible.run(inventory=inventory_sources(inventory),
-                         playbook=content_root() / "playbooks" / "facts.yml", limit=limit)
+    out = on.out
+    result = ansible.run(inventory=on.sources,
+                         playbook=content_root() / "playbooks" / "facts.yml", limit=on.limit)
     rows: dict[str, dict[str, str]] = {}
     for name, hr in sorted(result.hosts.items()):
         info: dict[str, str] = next((r["msg"] for r in reversed(hr.results)
@@ -200,17 +209,13 @@ def play(
     "fleetgate fleet drift -i inventory.yml",
     "fleetgate fleet drift -i inventory.yml --json",
 ])
-def drift(
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    as_json: ui.JsonFlag = False,
-    output: ui.OutputOpt = None,
-) -> None:
+@on_hosts
+def drift(*, on: Hosts) -> None:
     """Compare each host's live versions and devices with its class and the manifest it
     carries, and the devices of hosts within one class. Exit 0 clean, 1 drift, 4 a host
     could not be read (and nothing drifted)."""
-    out = ui.fmt(as_json, output)
-    sel = select(inventory_sources(inventory), limit)
+    out = on.out
+    sel = select(on.sources, on.limit)
     run_dir, states = read_states(sel)
     hosts = [host_drift(s, sel.classes[s.host]) for s in states]
     hardware = class_hardware(states)

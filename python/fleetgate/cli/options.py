@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -37,3 +40,32 @@ def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number")
     return value
+
+
+Command = Callable[..., Any]
+
+
+def shared(name: str, build: Command) -> Callable[[Command], Command]:
+    """A set of options several commands take, declared once, in `build`'s parameters.
+
+    The command declares its own parameters and a keyword-only `name`; it gets `build`'s
+    parameters after its own (in --help too, as typer reads the signature made here) and is
+    called with `name=build(**those)`, so whatever `build` checks is checked before the
+    command's body runs. Called directly (tests), it takes the same arguments."""
+    options = inspect.signature(build, eval_str=True).parameters
+
+    def wrap(command: Command) -> Command:
+        own = inspect.signature(command, eval_str=True)
+        merged = own.replace(parameters=[
+            *(p for p in own.parameters.values() if p.name != name), *options.values()])
+
+        @functools.wraps(command)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            given = merged.bind(*args, **kwargs)
+            given.apply_defaults()
+            built = build(**{k: given.arguments.pop(k) for k in options})
+            return command(**given.arguments, **{name: built})
+
+        call.__signature__ = merged  # type: ignore[attr-defined]
+        return call
+    return wrap

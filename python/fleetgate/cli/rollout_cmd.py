@@ -10,8 +10,10 @@ inside the controller: the lines show exactly what is committed, as `history` wo
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -23,9 +25,10 @@ from rich.live import Live
 from rich.table import Table
 
 from fleetgate.cli import output as ui
-from fleetgate.cli.options import finite
+from fleetgate.cli.options import finite, shared
 from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.isotime import iso
+from fleetgate.lab.paths import LabPaths
 from fleetgate.revision import git_revision, operator
 from fleetgate.rollout import signing
 from fleetgate.rollout.journal import TERMINAL_ROLLOUT, Journal, check_id
@@ -33,6 +36,7 @@ from fleetgate.rollout.lease import LeaseHeld, holder
 from fleetgate.rollout.status import (
     DEFAULT_HISTORY_KINDS,
     HISTORY_KINDS,
+    diagnose_step,
     history_line,
     summary,
 )
@@ -83,6 +87,20 @@ WebhookOpt = Annotated[str | None, typer.Option(
 
 def _journal() -> Journal:
     return Journal()
+
+
+def held_step(inventory: str, host: str) -> str:
+    """What to run for a held host: a lab's (an inventory `fleetgate lab up` wrote) heals it
+    with `fleetgate lab heal`; any other host is diagnosed."""
+    inv = Path(inventory)
+    lab = LabPaths(inv.parent)
+    if inv == lab.inventory and lab.marker.exists():
+        return f"fleetgate lab --lab-dir {shlex.quote(str(lab.root))} heal {host}"
+    return diagnose_step(inventory, host)
+
+
+def _summary(j: Journal, rid: str) -> dict[str, Any]:
+    return summary(j, rid, held_step=held_step)
 
 
 def _say(as_json: bool) -> Any:
@@ -226,19 +244,48 @@ def _writer(machine_stdout: bool) -> Any:
     return write
 
 
-def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float,
-         log_format: LogFormat = LogFormat.text, heartbeat: float = 60.0,
-         metrics_file: Path | None = None, webhook: str | None = None) -> None:
+@dataclass(frozen=True)
+class Drive:
+    """How a command that drives a rollout (start, resume) runs it and shows its progress."""
+
+    out: ui.Output
+    lease_ttl: float
+    log_format: LogFormat = LogFormat.text
+    heartbeat: float = 60.0
+    metrics_file: Path | None = None
+    webhook: str | None = None
+
+
+def _drive(
+    lease_ttl: LeaseTtlOpt = 30.0,
+    as_json: JsonOpt = False,
+    output: ui.OutputOpt = None,
+    log_format: LogFormatOpt = LogFormat.text,
+    heartbeat: HeartbeatOpt = 60.0,
+    metrics_file: MetricsOpt = None,
+    webhook: WebhookOpt = None,
+) -> Drive:
+    out = ui.fmt(as_json, output)
+    _check_telemetry(metrics_file, webhook)
+    return Drive(out, lease_ttl, log_format, heartbeat, metrics_file, webhook)
+
+
+# The options of the commands that drive a rollout, after their own; checked before either
+# touches the journal.
+drives = shared("drive", _drive)
+
+
+def _run(j: Journal, rid: str, drive: Drive, *, resume: bool) -> None:
     from fleetgate.rollout import metrics as rollout_metrics
     from fleetgate.rollout import notify, progress
     from fleetgate.rollout.engine import Controller
     row = j.rollout(rid)
     waves = len(row.artifact["waves"]) if row else 0
     after = j.events(rid)[-1]["seq"] if resume and j.events(rid) else 0
-    live_view = (out is ui.Output.table and log_format is LogFormat.text
+    live_view = (drive.out is ui.Output.table and drive.log_format is LogFormat.text
                  and ui.console.is_terminal)
-    write = _writer(out is ui.Output.json)
-    emit = progress.line_printer(log_format.value, waves, write)
+    write = _writer(drive.out is ui.Output.json)
+    emit = progress.line_printer(drive.log_format.value, waves, write)
 
     def log(message: str) -> None:
         emit({"ts": iso(time.time()), "rollout": rid, "event": "log", "text": message})
@@ -246,21 +293,23 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
     live: Live | None = None
     if live_view:
         # A terminal gets one live table instead of a scroll of lines.
-        live = Live(_status_view(summary(j, rid)), console=ui.console, refresh_per_second=2)
+        live = Live(_status_view(_summary(j, rid)), console=ui.console, refresh_per_second=2)
 
         def emit_live(_rec: dict[str, Any]) -> None:
             assert live is not None
-            live.update(_status_view(summary(j, rid)))
-        follower = progress.Follower(j.path, rid, emit_live, heartbeat_s=heartbeat,
+            live.update(_status_view(_summary(j, rid)))
+        follower = progress.Follower(j.path, rid, emit_live, heartbeat_s=drive.heartbeat,
                                      after=after)
         live.start()
     else:
-        follower = progress.Follower(j.path, rid, emit, heartbeat_s=heartbeat, after=after)
-    ctl = Controller(j, rid, lease_ttl_s=lease_ttl,
+        follower = progress.Follower(j.path, rid, emit, heartbeat_s=drive.heartbeat,
+                                     after=after)
+    ctl = Controller(j, rid, lease_ttl_s=drive.lease_ttl,
                      log=(lambda m: ui.console.print(ui.esc(m))) if live_view else log)
-    if metrics_file is not None:
-        rollout_metrics.attach(j, rid, metrics_file)
-    notifier = notify.attach(j, rid, webhook, log=log) if webhook else None
+    if drive.metrics_file is not None:
+        rollout_metrics.attach(j, rid, drive.metrics_file)
+    notifier = (notify.attach(j, rid, drive.webhook, log=log, held_step=held_step)
+                if drive.webhook else None)
     follower.start()
     try:
         state = ctl.run(resume=resume)
@@ -270,7 +319,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
             live.stop()
         if notifier is not None:
             notifier.close()
-    _show_status(summary(j, rid), out)
+    _show_status(_summary(j, rid), drive.out)
     raise typer.Exit(EXIT_BY_STATE.get(state, 1))
 
 
@@ -283,6 +332,7 @@ def _run(j: Journal, rid: str, *, resume: bool, out: ui.Output, lease_ttl: float
     "fleetgate.prom",
     "fleetgate rollout start kernel-57.json   # kernel-57.json.sig beside it: signed by CI",
 ], EXITS_RUN)
+@drives
 def start(
     plan_file: Annotated[Path, typer.Argument(help="Plan artifact (from `rollout plan`) or a "
                                                    "plan YAML.")],
@@ -290,13 +340,8 @@ def start(
         "--inventory", "-i", help="Overrides a plan YAML's inventory (not an artifact's).")
                          ] = None,
     rollout_id: Annotated[str | None, typer.Option("--id", help="Choose the rollout id.")] = None,
-    lease_ttl: LeaseTtlOpt = 30.0,
-    as_json: JsonOpt = False,
-    output: ui.OutputOpt = None,
-    log_format: LogFormatOpt = LogFormat.text,
-    heartbeat: HeartbeatOpt = 60.0,
-    metrics_file: MetricsOpt = None,
-    webhook: WebhookOpt = None,
+    *,
+    drive: Drive,
 ) -> None:
     """Start a rollout and drive it to completed, halted or aborted, printing one timestamped
     line per transition (wave, host, phase, gate verdict, budget used) and a heartbeat while a
@@ -309,8 +354,6 @@ def start(
     from fleetgate.rollout import artifact as artifacts
     from fleetgate.rollout import progress
     from fleetgate.rollout.engine import require_secrets
-    out = ui.fmt(as_json, output)
-    _check_telemetry(metrics_file, webhook)
     doc, trust = artifacts.load(plan_file, inventory)
     require_secrets(doc["plan"], str(plan_file))  # before the rollout is in the journal
     rid = check_id(rollout_id) if rollout_id else artifacts.new_id(doc["plan"]["name"])
@@ -331,10 +374,9 @@ def start(
     first = {"ts": iso(time.time()), "rollout": rid, "event": "log",
              "text": f"rollout {rid}: {len(doc['hosts'])} hosts in {len(doc['waves'])} waves "
                      f"(artifact {trust})"}
-    progress.line_printer(log_format.value, len(doc["waves"]), _writer(out is ui.Output.json))(
-        first)
-    _run(j, rid, resume=False, out=out, lease_ttl=lease_ttl, log_format=log_format,
-         heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
+    progress.line_printer(drive.log_format.value, len(doc["waves"]),
+                          _writer(drive.out is ui.Output.json))(first)
+    _run(j, rid, drive, resume=False)
 
 
 @app.command()
@@ -342,32 +384,21 @@ def start(
     "fleetgate rollout resume kernel-57-20261201-0930-ab12",
     "fleetgate rollout resume kernel-57-20261201-0930-ab12 --log-format json",
 ], EXITS_RUN)
-def resume(
-    rollout_id: IdArg,
-    lease_ttl: LeaseTtlOpt = 30.0,
-    as_json: JsonOpt = False,
-    output: ui.OutputOpt = None,
-    log_format: LogFormatOpt = LogFormat.text,
-    heartbeat: HeartbeatOpt = 60.0,
-    metrics_file: MetricsOpt = None,
-    webhook: WebhookOpt = None,
-) -> None:
+@drives
+def resume(rollout_id: IdArg, *, drive: Drive) -> None:
     """Carry on a rollout whose controller died (or that halted resumably: interrupt, window).
     Reconciles in-flight hosts with what they actually run before anything else."""
-    out = ui.fmt(as_json, output)
-    _check_telemetry(metrics_file, webhook)
     j = _journal()
     row = j.rollout(check_id(rollout_id))
     if row is None:
         raise BadInput("no such rollout", source=str(j.path), field=rollout_id)
     if row.state in TERMINAL_ROLLOUT and not row.resumable:
         # Idempotent: resuming a finished rollout reports how it finished.
-        if out is not ui.Output.json:
+        if drive.out is not ui.Output.json:
             print(f"rollout {rollout_id} is already {row.state}; nothing to resume")
-        _show_status(summary(j, rollout_id), out)
+        _show_status(_summary(j, rollout_id), drive.out)
         raise typer.Exit(EXIT_BY_STATE[row.state])
-    _run(j, rollout_id, resume=True, out=out, lease_ttl=lease_ttl, log_format=log_format,
-         heartbeat=heartbeat, metrics_file=metrics_file, webhook=webhook)
+    _run(j, rollout_id, drive, resume=True)
 
 
 def _host_rows(s: dict[str, Any]) -> list[list[str]]:
@@ -463,12 +494,12 @@ def status(
     # The follower starts after the last event read *before* the first frame: a change made
     # while that frame prints gets its line (at worst twice), never none.
     events = j.events(rid) if watch else []
-    s = summary(j, rid)
+    s = _summary(j, rid)
     if watch and out is ui.Output.table:
         with Live(_status_view(s), console=ui.console, refresh_per_second=2) as live:
             while s["state"] not in TERMINAL_ROLLOUT:
                 time.sleep(1)
-                s = summary(j, rollout_id)
+                s = _summary(j, rollout_id)
                 live.update(_status_view(s))
     elif watch:
         # Not a terminal: a line whenever something changes, the same lines `start` prints.
@@ -485,7 +516,7 @@ def status(
         while s["state"] not in TERMINAL_ROLLOUT:
             f.poll(j)
             time.sleep(1)
-            s = summary(j, rollout_id)
+            s = _summary(j, rollout_id)
         f.poll(j)
     _show_status(s, out)
     raise typer.Exit(EXIT_BY_STATE.get(s["state"], 0))
@@ -638,7 +669,7 @@ def abort(
     j.set_hosts(rollout_id, [x for x, r in j.hosts(rollout_id).items() if r.state == "pending"],
                 "skipped", f"rollout aborted: {reason}")
     j.set_rollout(rollout_id, "aborted", reason=f"aborted by {by}: {reason}")
-    s = summary(j, rollout_id)
+    s = _summary(j, rollout_id)
     if out is ui.Output.json:
         ui.print_json(s)
     else:
@@ -737,7 +768,8 @@ def report(
     j = _journal()
     rid = check_id(rollout_id)
     # Render both before writing either: a bad id leaves no half-written pair behind.
-    texts = [(p, r.render(j, rid, html_path=html_out) if r is report_md else r.render(j, rid))
+    texts = [(p, r.render(j, rid, html_path=html_out, held_step=held_step) if r is report_md
+              else r.render(j, rid, held_step=held_step))
              for p, r in ((html_out, report_html), (md_out, report_md)) if p is not None]
     for p, text in texts:
         _write_out(p, text)

@@ -26,7 +26,7 @@ from typing import Any
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.journal import Journal
-from fleetgate.rollout.status import summary
+from fleetgate.rollout.status import HeldStep, diagnose_step, summary
 
 SCHEMA = "fleetgate.rollout.notify/v1"
 ROLLOUT_TRIGGERS = {"halted": "halt", "completed": "completed", "aborted": "aborted"}
@@ -75,9 +75,10 @@ def trigger_of(event: dict[str, Any]) -> str | None:
     return None
 
 
-def payload(j: Journal, rid: str, trigger: str, event: dict[str, Any]) -> dict[str, Any]:
+def payload(j: Journal, rid: str, trigger: str, event: dict[str, Any], *,
+            held_step: HeldStep = diagnose_step) -> dict[str, Any]:
     """The notification body, built from the journal now."""
-    s = summary(j, rid)
+    s = summary(j, rid, held_step=held_step)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(s["counts"].items()))
     what = {"halt": "halted", "completed": "completed", "aborted": "was aborted",
             "rollback": f"rolled back {event.get('host')}",
@@ -124,8 +125,10 @@ class Notifier:
 
     def __init__(self, j: Journal, rid: str, url: str, *, timeout_s: float = 5.0,
                  retries: int = 3, backoff_s: float = 1.0,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None,
+                 held_step: HeldStep = diagnose_step):
         self.j, self.rid, self.url = j, rid, check_url(url)
+        self.held_step = held_step
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self.log = log or (lambda _m: None)
         self._q: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
@@ -169,7 +172,8 @@ class Notifier:
         for attempt in range(self.retries + 1):
             attempts = attempt + 1
             try:
-                body = json.dumps(payload(self.j, self.rid, trigger, event), default=str)
+                body = json.dumps(payload(self.j, self.rid, trigger, event,
+                                          held_step=self.held_step), default=str)
                 code = _post(self.url, body.encode(), self.timeout_s)
                 self.log(f"notified {redact(self.url)}: {trigger} (HTTP {code})")
                 return True
@@ -193,8 +197,8 @@ class Notifier:
         return False
 
 
-def attach(j: Journal, rid: str, url: str, *, log: Callable[[str], None] | None = None
-           ) -> Notifier:
-    n = Notifier(j, rid, url, log=log)
+def attach(j: Journal, rid: str, url: str, *, log: Callable[[str], None] | None = None,
+           held_step: HeldStep = diagnose_step) -> Notifier:
+    n = Notifier(j, rid, url, log=log, held_step=held_step)
     j.listeners.append(n)
     return n

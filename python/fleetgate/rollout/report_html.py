@@ -20,7 +20,7 @@ from fleetgate.rollout import report_data as rd
 from fleetgate.rollout import report_plots
 from fleetgate.rollout.journal import FAILED_HOST, Journal
 from fleetgate.rollout.plan import change_label
-from fleetgate.rollout.status import history_line, summary
+from fleetgate.rollout.status import HeldStep, diagnose_step, history_line, summary
 
 MAX_CANARY_FIGURES = 40
 MAX_VERSION_ROWS = 60  # per group of hosts
@@ -372,9 +372,9 @@ def _log(events: list[dict[str, Any]]) -> str:
             + "</pre></section>")
 
 
-def render(j: Journal, rid: str) -> str:
+def render(j: Journal, rid: str, *, held_step: HeldStep = diagnose_step) -> str:
     row, events = rd.load(j, rid)
-    s = summary(j, rid)
+    s = summary(j, rid, held_step=held_step)
     end = rd.end_of(row, events)
     title = f"Rollout {rid} ({row.name}): {row.state}"
     body = [

@@ -16,7 +16,7 @@ from fleetgate.isotime import duration
 from fleetgate.rollout import report_data as rd
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.plan import change_label
-from fleetgate.rollout.status import FLEET_STATES, summary
+from fleetgate.rollout.status import FLEET_STATES, HeldStep, diagnose_step, summary
 
 
 def code(text: object) -> str:
@@ -27,9 +27,10 @@ def code(text: object) -> str:
     return f"`{flat}`" if flat else "`-`"
 
 
-def render(j: Journal, rid: str, *, html_path: Path | None = None) -> str:
+def render(j: Journal, rid: str, *, html_path: Path | None = None,
+           held_step: HeldStep = diagnose_step) -> str:
     row, events = rd.load(j, rid)
-    s = summary(j, rid)
+    s = summary(j, rid, held_step=held_step)
     end = rd.end_of(row, events)
     who = rd.started(events)
     plan = row.artifact.get("plan") or {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from fleetgate.errors import BadInput
@@ -40,7 +40,17 @@ HISTORY_KINDS = (*DEFAULT_HISTORY_KINDS, "batch", "smoke", "hoststate", "ansible
                  "lease", "notify_error", "listener_error", "remote_job")
 
 
-def summary(j: Journal, rid: str) -> dict[str, Any]:
+# The command that comes next for a host held out of service, given the rollout's inventory and
+# the host. This package knows Ansible inventories only: it diagnoses the host. The CLI knows
+# other kinds (a lab's, which heals its own hosts) and passes its own.
+HeldStep = Callable[[str, str], str]
+
+
+def diagnose_step(inventory: str, host: str) -> str:
+    return f"fleetgate diagnose -i {shlex.quote(inventory)} --limit {host}"
+
+
+def summary(j: Journal, rid: str, *, held_step: HeldStep = diagnose_step) -> dict[str, Any]:
     row = j.rollout(rid)
     if row is None:
         raise BadInput("no such rollout in the journal", source=str(j.path), field=rid)
@@ -76,7 +86,8 @@ def summary(j: Journal, rid: str) -> dict[str, Any]:
     }
     s["groups"] = groups(s)
     s["fleet"] = fleet_lines(s)
-    s["next_steps"] = next_steps(s, art, has_canary=bool((art.get("plan") or {}).get("canary")))
+    s["next_steps"] = next_steps(s, art, has_canary=bool((art.get("plan") or {}).get("canary")),
+                                 held_step=held_step)
     return s
 
 
@@ -101,14 +112,8 @@ def fleet_lines(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def _lab_dir(inventory: str) -> Path | None:
-    """The lab directory when the inventory is one `fleetgate lab up` wrote."""
-    inv = Path(inventory)
-    return inv.parent if inv.name == "inventory.yml" and (
-        inv.parent / ".fleetgate-lab").exists() else None
-
-
-def next_steps(s: dict[str, Any], art: dict[str, Any], *, has_canary: bool) -> list[str]:
+def next_steps(s: dict[str, Any], art: dict[str, Any], *, has_canary: bool,
+               held_step: HeldStep = diagnose_step) -> list[str]:
     """The exact commands that follow where the rollout stands (empty while it runs well)."""
     rid = s["id"]
     q = shlex.quote
@@ -127,13 +132,8 @@ def next_steps(s: dict[str, Any], art: dict[str, Any], *, has_canary: bool) -> l
     if has_canary:
         out += [f"fleetgate rollout explain {rid} --wave {k}" for k in failed_waves]
     out.append(f"fleetgate rollout history {rid} --kind host")
-    held = [h for h, d in s["hosts"].items() if d["state"] == "failed_held"]
-    lab = _lab_dir(s["inventory"])
-    for h in held:
-        if lab is not None:
-            out.append(f"fleetgate lab --lab-dir {q(str(lab))} heal {h}")
-        else:
-            out.append(f"fleetgate diagnose -i {q(s['inventory'])} --limit {h}")
+    out += [held_step(s["inventory"], h) for h, d in s["hosts"].items()
+            if d["state"] == "failed_held"]
     if s["resumable"]:
         out.append(f"fleetgate rollout resume {rid}")
     elif any(d["state"] in ("skipped", "pending", "drain_failed") for d in s["hosts"].values()):
