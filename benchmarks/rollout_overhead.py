@@ -18,6 +18,12 @@ Figures (issue 17 item 6), 2-core shared machine:
   now leaves cold, about 0.5 s, so that executor stubs start none); the worker's Ansible
   run 26.1 -> 23.7 s (no ansible-inventory per batch: the controller's resolution is
   handed over while the sources are unchanged).
+- 48fcccd against c7c66d7 (the warm worker landed; the hand-over replaced by the state dir's
+  inventory cache, runner/inventory.py), quiet machine, one tree after the other: median
+  ratio 4.10 (fleetgate 15.5 s, ansible-playbook 3.6 s) against 3.60 and 3.59 in two runs
+  (16.3 s and 14.3 s against 4.7 s and 4.4 s). c7c66d7's medians of phases: start 0.5 s,
+  `before` probes 7.5 / 6.6 s, worker start-up and exit 1.0 / 0.8 s, the worker's Ansible
+  runs 6.9 / 6.4 s. The runs of plain ansible-playbook alone spread from 3.3 to 5.2 s.
 - What is left is one ansible-playbook start-up per batch for the `before` probe and one for
   the change, where plain ansible-playbook starts once for all three batches: the 1.10 target
   needs the probe folded into the batch's own run, or one long-lived Ansible run per rollout.
