@@ -21,7 +21,7 @@ from fleetgate.rollout.engine import Controller, require_secrets, rollout_dir
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import redact
 from fleetgate.runner.ansible import SECRET_VARS_FILE
-from fleetgate.runner.private_state import private_umask
+from fleetgate.runner.private_state import private_umask, replace_private
 from fleetgate.runner.secret_vars import SecretRef, resolve
 from tests.conftest import fleetgate
 from tests.privacy import assert_private_tree, find_secret, open_paths
@@ -222,3 +222,14 @@ def test_private_umask_nests_across_threads_and_restores() -> None:
         assert os.umask(0o022) == 0o022  # the last one out restored the process's own
     finally:
         os.umask(before)
+
+
+def test_replace_private_leaves_a_whole_0600_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "d" / "result.json"
+    replace_private(target, "first")
+    target.chmod(0o644)  # an old, more open file is replaced, not reused
+    replace_private(target, "second")
+    assert target.read_text() == "second"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["result.json"]

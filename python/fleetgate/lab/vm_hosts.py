@@ -72,11 +72,10 @@ def make_disk(paths: LabPaths, host: LabHost, nc: NodeClass, rootfs: Path | None
         shutil.copy2(paths.ssh_key.with_suffix(".pub"), auth)
         os.chmod(auth, 0o600)
         (staging / "etc" / "hostname").write_text(f"{host.name}\n")
-        initramfs_conf = staging / LAB_INITRAMFS_CONF
-        initramfs_conf.parent.mkdir(parents=True, exist_ok=True)
-        initramfs_conf.write_text(LAB_INITRAMFS_TEXT)
-        (staging / LAB_DPKG_CONF).parent.mkdir(parents=True, exist_ok=True)
-        (staging / LAB_DPKG_CONF).write_text(LAB_DPKG_TEXT)
+        for rel, text in ((LAB_INITRAMFS_CONF, LAB_INITRAMFS_TEXT),
+                          (LAB_DPKG_CONF, LAB_DPKG_TEXT)):
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).write_text(text)
         units = staging / "etc" / "systemd" / "system"
         units.mkdir(parents=True, exist_ok=True)
         for unit in LAB_MASKED_UNITS:

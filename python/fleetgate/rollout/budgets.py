@@ -68,7 +68,8 @@ class Tally:
             if r.state in FAILED_HOST:
                 self._count(r, 1)
 
-    def _domain(self, host: str) -> str:
+    def domain_of(self, host: str) -> str:
+        """The host's value of the budget's failure domain key ("" without one)."""
         key = self._lim.domain_key
         h = self._a.hosts.get(host)
         return "" if key is None or h is None else h.domains.get(key, "")
@@ -80,7 +81,7 @@ class Tally:
             self._extra_failed_waves[r.wave] += n
         self.failed_total += n
         if self._lim.domain_key is not None:
-            d = self._domain(r.host)
+            d = self.domain_of(r.host)
             self.failed_domain[d] += n
             if not self.failed_domain[d]:
                 del self.failed_domain[d]
@@ -155,7 +156,7 @@ def next_batch(plan: RolloutPlan, lim: Limits, a: Assignment,
     in_domain: Counter[str] = Counter()
     for h in t.pending[wave - 1]:
         if lim.domain_key is not None:
-            d = a.hosts[h].domains.get(lim.domain_key, "")
+            d = t.domain_of(h)
             if in_domain[d] >= room_domain.get(d, 0) + 1:
                 continue
             in_domain[d] += 1

@@ -32,7 +32,12 @@ from fleetgate.inputs import read_input
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import ansible, redact, remote, secret_vars
 from fleetgate.runner.ansible import HostOutcome
-from fleetgate.runner.private_state import PRIVATE_UMASK, private_dirs, write_private
+from fleetgate.runner.private_state import (
+    PRIVATE_UMASK,
+    private_dirs,
+    replace_private,
+    write_private,
+)
 from fleetgate.runner.remote import RemoteJob, RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
 
@@ -198,9 +203,7 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
     except Exception as exc:  # still leave a result: the controller must not guess
         doc = BatchResult(rc=1, status="error", error=f"{type(exc).__name__}: {exc}")
     doc.wall_s = round(time.time() - started, 3)
-    tmp = bdir / (RESULT + ".tmp")
-    tmp.write_text(redact.text(doc.model_dump_json(indent=2)))
-    os.replace(tmp, bdir / RESULT)
+    replace_private(bdir / RESULT, redact.text(doc.model_dump_json(indent=2)))
     journal.close()
 
 
@@ -237,9 +240,7 @@ class WarmWorkers:
         self._proc = self._dir = None
         pid: int | None = None
         if proc is not None and d is not None and proc.poll() is None:
-            tmp = d / (GO + ".tmp")
-            write_private(tmp, str(bdir))
-            os.replace(tmp, d / GO)
+            replace_private(d / GO, str(bdir))
             pid = proc.pid
         self.start()
         return pid

@@ -31,7 +31,7 @@ from fleetgate.errors import BadInput, FleetgateError
 from fleetgate.inputs import check_inventory_source
 from fleetgate.runner import redact, vault
 from fleetgate.runner.connection_vars import host_problems
-from fleetgate.runner.private_state import private_dirs, private_state_dir, write_private
+from fleetgate.runner.private_state import private_state_dir, replace_private
 from fleetgate.site import content_env, content_root, current_site
 from fleetgate.spec.schema import CLASS_NAME_RE
 
@@ -288,9 +288,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _code_signature() -> list[object]:
+@functools.cache
+def _code_signature() -> tuple[object, ...]:
     """(path, mtime, size) of the code that computes an answer: Ansible's inventory and vars
-    code, fleetgate's package (the vars plugin loads classes through it) and its plugins."""
+    code, fleetgate's package (the vars plugin loads classes through it) and its plugins.
+    Once per process: it walks some 400 files, and the code does not change under it."""
     spec = importlib.util.find_spec("ansible")  # found, not imported
     base = Path(spec.origin).parent if spec and spec.origin else Path(sys.prefix)
     roots = [base / sub for sub in ("inventory", "plugins/inventory", "plugins/vars", "vars")]
@@ -300,7 +302,7 @@ def _code_signature() -> list[object]:
         for f in sorted(root.rglob("*.py")):
             st = f.stat()
             out.append((str(f), st.st_mtime_ns, st.st_size))
-    return out
+    return tuple(out)
 
 
 def _answer_key(paths: tuple[Path, ...], limit: str | None) -> str | None:
@@ -330,7 +332,7 @@ def _holds_plain_secret(obj: Any, key: str = "") -> bool:
     if isinstance(obj, list):
         return any(_holds_plain_secret(v, key) for v in obj)
     return (isinstance(obj, str) and bool(redact.SECRET_KEY_RE.search(key))
-            and not key.endswith("_file") and not obj.startswith("$ANSIBLE_VAULT;"))
+            and not key.endswith("_file") and not obj.startswith(vault.HEADER))
 
 
 def _cached_answer(key: str, paths: tuple[Path, ...], limit: str | None) -> Inventory | None:
@@ -355,10 +357,8 @@ def _cached_answer(key: str, paths: tuple[Path, ...], limit: str | None) -> Inve
 def _keep_answer(key: str, inv: Inventory) -> None:
     if _holds_plain_secret(inv.doc):
         return
-    d = private_dirs(private_state_dir() / CACHE_DIR)
-    tmp = d / f".{key}.{os.getpid()}.tmp"
-    write_private(tmp, json.dumps({"key": key, "doc": inv.doc}))
-    os.replace(tmp, d / f"{key}.json")
+    d = private_state_dir() / CACHE_DIR
+    replace_private(d / f"{key}.json", json.dumps({"key": key, "doc": inv.doc}))
     kept = sorted(d.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
     for old in kept[:-CACHE_KEEP]:
         old.unlink(missing_ok=True)

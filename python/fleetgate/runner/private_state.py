@@ -99,6 +99,14 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
+def replace_private(path: Path, text: str) -> None:
+    """write_private beside `path`, then renamed over it: a reader in another process sees
+    the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_private(tmp, text)
+    os.replace(tmp, path)
+
+
 def private_tree(root: Path) -> None:
     """make_private on everything under `root`: for files a tool chmods open on purpose, past
     any umask (Ansible's jsonfile fact cache writes 0644, ansible-runner's artifacts/*/
