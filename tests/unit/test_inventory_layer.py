@@ -242,3 +242,33 @@ def test_no_answer_is_kept_for_a_script_or_for_plaintext_credentials(
     resolve_inventory(keyed)
     [kept] = (tmp_path / "state" / layer.CACHE_DIR).glob("*.json")
     assert "h2" in kept.read_text() and "hunter2" not in kept.read_text()
+
+
+def test_testinfra_primed_with_the_resolution_sees_what_ansible_inventory_says(
+        tmp_path: Path, ini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smoke suite hands testinfra the controller's answer (smoke/session.py) instead of
+    letting it start ansible-inventory on the stand-in script again: the hosts and variables
+    testinfra then connects with are the ones ansible-inventory gives for that script."""
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    from fleetgate.smoke.session import prime_inventory
+
+    inv = resolve_inventory(ini)
+    script = inv.hosts_source(tmp_path, ["c1", "m1"], "g")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}"
+                       f"{os.environ.get('PATH', '')}")
+    asked = AnsibleRunner(str(script))  # testinfra's own way: runs ansible-inventory
+    assert asked.inventory["_meta"]["hostvars"]
+    primed_source = str(tmp_path / "primed.py")
+    shutil.copy(script, primed_source)
+    prime_inventory(primed_source, script.with_suffix(".json"))
+    # No ansible-inventory can run now: the primed runner must not need one.
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    primed = AnsibleRunner.get_runner(primed_source)
+    for pattern in ("c1", "m1", "all", "gpu"):
+        assert primed.get_hosts(pattern) == asked.get_hosts(pattern), pattern
+    for host in ("c1", "m1"):
+        mine, theirs = primed.get_variables(host), asked.get_variables(host)
+        for key in ("ansible_host", "ansible_port", "rack", "inventory_hostname"):
+            assert mine.get(key) == theirs.get(key), (host, key)
+        assert sorted(mine["group_names"]) == sorted(theirs["group_names"])

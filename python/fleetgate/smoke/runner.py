@@ -98,6 +98,8 @@ def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check]
             "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
             "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
             f"--ansible-inventory={inventory}",
+            # The answer the script above prints, read directly (smoke/session.py).
+            f"--fleetgate-resolved={inventory.with_suffix('.json')}",
             f"--fleetgate-results={results_file}", f"--fleetgate-only={','.join(checks)}",
             f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
     started = time.monotonic()

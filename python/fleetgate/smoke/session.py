@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from testinfra.host import Host
+from testinfra.utils.ansible_runner import AnsibleRunner
 
 from fleetgate.errors import FleetgateError
 from fleetgate.runner.inventory import HOST_RE, host_var_problems, plain_ansible_json
@@ -34,19 +35,35 @@ def connection_refusal(name: str, hv: dict[str, Any]) -> str | None:
     """Why the suite must not connect to host `name` with variables `hv`, or None: the
     inventory layer's checks, on testinfra's own view of the inventory.
 
-    testinfra's ansible backend asks `ansible-inventory` again and builds the host's ssh
-    command as one `/bin/sh -c` string (testinfra/backend/ssh.py): user, port, key file and
-    host are shlex-quoted, but ansible.cfg's ssh_args and the host's ansible_ssh_common_args
-    and ansible_ssh_extra_args go in as they are, so `-o X=1; touch F #` would run `touch` on
-    the controller. The controller checked its own resolution before this process started
-    (runner/inventory.py); a dynamic source may answer differently the second time, so the
-    values testinfra will use are checked again here, before the host's first command."""
+    testinfra's ansible backend builds the host's ssh command as one `/bin/sh -c` string
+    (testinfra/backend/ssh.py): user, port, key file and host are shlex-quoted, but
+    ansible.cfg's ssh_args and the host's ansible_ssh_common_args and ansible_ssh_extra_args
+    go in as they are, so `-o X=1; touch F #` would run `touch` on the controller. The
+    controller checked its own resolution before this process started (runner/inventory.py),
+    and the runner hands testinfra that very answer (prime_inventory); the suite can also be
+    run by hand against any source, which testinfra then resolves itself, so the values
+    testinfra will use are checked again here, before the host's first command."""
     problems = ([("name", "host name has characters outside [A-Za-z0-9_.-]")]
                 if not HOST_RE.fullmatch(name) else host_var_problems(name, hv))
     if not problems:
         return None
     var, why = problems[0]
     return f"refused before connecting: hosts.{name}.{var}: {why}"
+
+
+def prime_inventory(source: str, resolved: Path) -> None:
+    """Give testinfra's runner for `source` the answer the controller already has.
+
+    testinfra resolves `--ansible-inventory` by starting `ansible-inventory --list` in every
+    pytest process (about 0.7 s of CPU, once per smoke group and gate). The source here is the
+    controller's own: Inventory.hosts_source wrote `resolved` (this very answer, narrowed to
+    the group's hosts) and a script that prints it, so the second resolution can only repeat
+    it. Host names and connection values are still checked on testinfra's view, as for any
+    source (connection_refusal)."""
+    doc = plain_ansible_json(json.loads(resolved.read_text()))
+    # testinfra keeps one runner per source (AnsibleRunner.get_runner) and its inventory in a
+    # functools.cached_property, whose value lives in the instance's __dict__.
+    AnsibleRunner.get_runner(source).__dict__["inventory"] = doc
 
 
 class SmokeSession:

@@ -4,6 +4,8 @@ Options (besides testinfra's --hosts / --ansible-inventory):
   --fleetgate-results FILE   append one JSON line per host and check (the controller reads it)
   --fleetgate-only a,b       run only these checks
   --fleetgate-probes-dir DIR where the smoke_probes role installed the probes on the hosts
+  --fleetgate-resolved FILE  the controller's resolution of --ansible-inventory (its JSON):
+                             testinfra reads it instead of starting ansible-inventory again
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.smoke.probeset import PROBES_DIR
-from fleetgate.smoke.session import SmokeSession
+from fleetgate.smoke.session import SmokeSession, prime_inventory
 from fleetgate.smoke.thresholds import CHECKS, Check
 
 
@@ -23,6 +25,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fleetgate-only", default=None, help="comma-separated checks to run")
     group.addoption("--fleetgate-probes-dir", default=PROBES_DIR,
                     help="probe directory on the hosts")
+    group.addoption("--fleetgate-resolved", default=None,
+                    help="the --ansible-inventory source as the controller resolved it (JSON)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before testinfra's plugin parametrizes the tests with its hosts (pytest_generate_tests).
+    resolved = config.getoption("--fleetgate-resolved")
+    source = config.getoption("ansible_inventory", None)
+    if resolved and source:
+        prime_inventory(str(source), Path(resolved))
 
 
 def selected_checks(config: pytest.Config) -> list[Check]:
