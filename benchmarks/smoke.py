@@ -7,6 +7,11 @@ over all `--hosts` hosts with one process per host (`--forks HOSTS`, what smoke 
 it dealt hosts into groups) against 2 and 4 processes, in alternating rounds, wall seconds
 and the CPU seconds the run and its children used.
 
+`--priming`: instead, one smoke group process over all `--hosts` hosts (discovery), run as
+`smoke run` runs it, with testinfra handed the controller's inventory answer
+(`--fleetgate-resolved`) against testinfra starting `ansible-inventory` on the same stand-in
+itself, in alternating rounds: wall and CPU seconds of the pytest process and its children.
+
 One lab of 6 lab-cpu containers is brought up (probes installed with `fleetgate fleet play
 smoke-probes`) and taken down at the end. All hosts share this machine's cores, so the
 6-host figure includes their contention, as a real run on one box would.
@@ -65,6 +70,34 @@ def processes(env: dict[str, str], inventory: str, hosts: int,
                 "median_cpu_s": statistics.median(v["cpu_s"]), **v} for k, v in got.items()}
 
 
+def priming(env: dict[str, str], inventory: str, root: Path, rounds: int) -> dict[str, Any]:
+    from fleetgate.runner.inventory import ansible_env, resolve_inventory
+    from fleetgate.smoke.probeset import PROBES_DIR
+    from fleetgate.smoke.runner import suite_argv
+
+    inv = resolve_inventory(Path(inventory))
+    run_dir = root / "priming"
+    run_dir.mkdir()
+    (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    stand_in = inv.hosts_source(run_dir, inv.hosts, "all")
+    run_env = {**ansible_env(), **{k: v for k, v in env.items() if k.startswith("FLEETGATE_")}}
+    variants = {"primed (--fleetgate-resolved)": True, "testinfra runs ansible-inventory": False}
+    got: dict[str, dict[str, list[float]]] = {k: {"wall_s": [], "cpu_s": []} for k in variants}
+    for i in range(rounds):
+        order = list(variants.items())
+        for name, primed in order if i % 2 == 0 else reversed(order):
+            results = run_dir / f"{i}-{primed}.jsonl"
+            wall, cpu = cpu_run(suite_argv(inv.hosts, stand_in, run_dir, results, ["discovery"],
+                                           PROBES_DIR, primed=primed), run_env)
+            passed = [json.loads(x)["status"] for x in results.read_text().splitlines()]
+            if passed != ["pass"] * len(inv.hosts):  # a figure from a failed run means nothing
+                raise SystemExit(f"{name}: {passed}")
+            got[name]["wall_s"].append(round(wall, 2))
+            got[name]["cpu_s"].append(round(cpu, 2))
+    return {k: {"median_wall_s": statistics.median(v["wall_s"]),
+                "median_cpu_s": statistics.median(v["cpu_s"]), **v} for k, v in got.items()}
+
+
 def gemm_cv(env: dict[str, str], inventory: str, host: str, runs: int,
             out_dir: Path) -> dict[str, Any]:
     values = []
@@ -87,6 +120,8 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=6)
     ap.add_argument("--processes", action="store_true",
                     help="compare pytest process counts instead (see above)")
+    ap.add_argument("--priming", action="store_true",
+                    help="compare testinfra primed with the controller's answer (see above)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="fgbench-smoke-") as d:
         root = Path(d)
@@ -97,8 +132,9 @@ def main() -> None:
         try:
             timed_run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
             timed_run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
-            if args.processes:
-                table = processes(env, inventory, args.hosts, args.repeats)
+            if args.processes or args.priming:
+                table = (processes(env, inventory, args.hosts, args.repeats) if args.processes
+                         else priming(env, inventory, root, args.repeats))
                 for name, row in table.items():
                     print(f"{name:32} wall {row['median_wall_s']:6.2f} s  CPU "
                           f"{row['median_cpu_s']:6.2f} s  {row['wall_s']} {row['cpu_s']}")

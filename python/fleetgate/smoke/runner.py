@@ -84,6 +84,20 @@ def _groups(hosts: Sequence[str], forks: int) -> list[list[str]]:
     return out
 
 
+def suite_argv(hosts: Sequence[str], inventory: Path, run_dir: Path, results_file: Path,
+               checks: Sequence[str], probes_dir: str, *, primed: bool = True) -> list[str]:
+    """One group's pytest command. `inventory` is a stand-in from Inventory.hosts_source;
+    `primed`: testinfra reads the answer that stand-in prints (its .json) instead of starting
+    ansible-inventory on it (smoke/session.py prime_inventory)."""
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
+            "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
+            "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
+            f"--ansible-inventory={inventory}",
+            *([f"--fleetgate-resolved={inventory.with_suffix('.json')}"] if primed else []),
+            f"--fleetgate-results={results_file}", f"--fleetgate-only={','.join(checks)}",
+            f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
+
+
 def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check],
                run_dir: Path, budget_s: float, probes_dir: str, classes: Path | None = None
                ) -> tuple[list[CheckResult], dict[str, Any]]:
@@ -94,14 +108,7 @@ def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check]
     # names here and every connection variable passed resolve_inventory() before this run,
     # and the suite checks testinfra's own view of them again before it connects
     # (smoke/session.py connection_refusal), since a dynamic source is asked a second time.
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
-            "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
-            "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
-            f"--ansible-inventory={inventory}",
-            # The answer the script above prints, read directly (smoke/session.py).
-            f"--fleetgate-resolved={inventory.with_suffix('.json')}",
-            f"--fleetgate-results={results_file}", f"--fleetgate-only={','.join(checks)}",
-            f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
+    argv = suite_argv(hosts, inventory, run_dir, results_file, checks, probes_dir)
     started = time.monotonic()
     killed = False
     with log_file.open("w") as log:
