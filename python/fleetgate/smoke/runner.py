@@ -107,7 +107,7 @@ def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check]
     # pasted in unquoted (testinfra/backend/ssh.py). Only checked values get there: the host
     # names here and every connection variable passed resolve_inventory() before this run,
     # and the suite checks testinfra's own view of them again before it connects
-    # (smoke/session.py connection_refusal), since a dynamic source is asked a second time.
+    # (smoke/session.py connection_refusal), whatever source testinfra was given.
     argv = suite_argv(hosts, inventory, run_dir, results_file, checks, probes_dir)
     started = time.monotonic()
     killed = False

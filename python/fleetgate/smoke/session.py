@@ -55,7 +55,7 @@ def prime_inventory(source: str, resolved: Path) -> None:
     """Give testinfra's runner for `source` the answer the controller already has.
 
     testinfra resolves `--ansible-inventory` by starting `ansible-inventory --list` in every
-    pytest process (about 0.7 s of CPU, once per smoke group and gate). The source here is the
+    pytest process (0.7 to 1.0 s of CPU here, once per smoke group and gate). The source here is the
     controller's own: Inventory.hosts_source wrote `resolved` (this very answer, narrowed to
     the group's hosts) and a script that prints it, so the second resolution can only repeat
     it. Host names and connection values are still checked on testinfra's view, as for any
