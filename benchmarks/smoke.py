@@ -73,12 +73,10 @@ def processes(env: dict[str, str], inventory: str, hosts: int,
 def priming(env: dict[str, str], inventory: str, root: Path, rounds: int) -> dict[str, Any]:
     from fleetgate.runner.inventory import ansible_env, resolve_inventory
     from fleetgate.smoke.probeset import PROBES_DIR
-    from fleetgate.smoke.runner import suite_argv
+    from fleetgate.smoke.runner import new_run_dir, suite_argv
 
     inv = resolve_inventory(Path(inventory))
-    run_dir = root / "priming"
-    run_dir.mkdir()
-    (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    run_dir = new_run_dir(root / "priming")
     stand_in = inv.hosts_source(run_dir, inv.hosts, "all")
     run_env = {**ansible_env(), **{k: v for k, v in env.items() if k.startswith("FLEETGATE_")}}
     variants = {"primed (--fleetgate-resolved)": True, "testinfra runs ansible-inventory": False}

@@ -261,7 +261,7 @@ def test_testinfra_primed_with_the_resolution_sees_what_ansible_inventory_says(
     assert asked.inventory["_meta"]["hostvars"]
     primed_source = str(tmp_path / "primed.py")
     shutil.copy(script, primed_source)
-    prime_inventory(primed_source, script.with_suffix(".json"))
+    prime_inventory(primed_source, layer.stand_in_answer(script))
     # No ansible-inventory can run now: the primed runner must not need one.
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
     primed = AnsibleRunner.get_runner(primed_source)

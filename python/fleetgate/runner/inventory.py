@@ -146,13 +146,19 @@ class Inventory:
         here. Re-reading the operator's sources instead costs every process a whole
         resolution (17 s for a 10,000-host INI file), and a dynamic source could answer
         differently. `name` becomes the file's name; hosts are checked names (HOST_RE)."""
-        data = host_path(workdir, name, ".json", prefix="inventory-")
+        script = host_path(workdir, name, ".py", prefix="inventory-")
+        data = stand_in_answer(script)
         data.write_text(json.dumps(self._doc_of(hosts)))
-        script = data.with_suffix(".py")
         script.write_text(f"#!{sys.executable}\nimport sys\n"
                           f"sys.stdout.write(open({str(data)!r}).read())\n")
         script.chmod(0o700)  # run by this user only; it sits in a private run dir
         return script
+
+
+def stand_in_answer(script: Path) -> Path:
+    """The JSON that a stand-in from Inventory.hosts_source prints: a tool that can take the
+    answer itself (the smoke suite's testinfra) reads it instead of running the script."""
+    return script.with_suffix(".json")
 
 
 def ansible_env() -> dict[str, str]:

@@ -33,6 +33,7 @@ from fleetgate.runner.inventory import (
     ansible_env,
     host_path,
     resolve_inventory,
+    stand_in_answer,
     validate_limit,
 )
 from fleetgate.runner.private_state import private_state_dir, private_umask
@@ -84,16 +85,24 @@ def _groups(hosts: Sequence[str], forks: int) -> list[list[str]]:
     return out
 
 
+def new_run_dir(run_dir: Path) -> Path:
+    """A smoke run's directory, with the pytest.ini its group processes are given (-c)."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    return run_dir
+
+
 def suite_argv(hosts: Sequence[str], inventory: Path, run_dir: Path, results_file: Path,
                checks: Sequence[str], probes_dir: str, *, primed: bool = True) -> list[str]:
     """One group's pytest command. `inventory` is a stand-in from Inventory.hosts_source;
-    `primed`: testinfra reads the answer that stand-in prints (its .json) instead of starting
-    ansible-inventory on it (smoke/session.py prime_inventory)."""
+    `primed`: testinfra reads the answer that stand-in prints instead of starting
+    ansible-inventory on it (smoke/session.py prime_inventory). `run_dir` was made by
+    new_run_dir()."""
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
             "-c", str(run_dir / "pytest.ini"), "--rootdir", str(SUITE_DIR),
             "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
             f"--ansible-inventory={inventory}",
-            *([f"--fleetgate-resolved={inventory.with_suffix('.json')}"] if primed else []),
+            *([f"--fleetgate-resolved={stand_in_answer(inventory)}"] if primed else []),
             f"--fleetgate-results={results_file}", f"--fleetgate-only={','.join(checks)}",
             f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
 
@@ -189,8 +198,7 @@ def run_smoke(
                        source=inv.label, field=f"--limit {limit}" if limit else None)
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     run_dir = (runs_base or private_state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
-    run_dir.mkdir(parents=True)
-    (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    new_run_dir(run_dir)
 
     measured = {h: cls for h, cls in selected.items() if cls is not None}
     unclassed = [h for h, cls in selected.items() if cls is None]
