@@ -136,6 +136,14 @@ def test_golden_image_host_boots_its_kernel_and_loads_the_class_dkms_module(
     assert "force-unsafe-io" in vm.ssh("cat /etc/dpkg/dpkg.cfg.d/fleetgate-lab").split()
 
 
+def _pinned(vm: Vm) -> tuple[str, str]:
+    """The packages and the version kernel_pin's apt preference allows."""
+    pref = dict(line.split(": ", 1) for line in vm.ssh(
+        "cat /etc/apt/preferences.d/fleetgate-kernel.pref").splitlines()
+        if ": " in line and not line.startswith("#"))
+    return pref["Package"], pref["Pin"].removeprefix("version ")
+
+
 def test_kernel_update_refuses_a_target_given_twice(vm: Vm) -> None:
     rc, result = _update(vm, f"target_kernel_abi={NEW}",
                          f"target_kernel_package_version={NEW_CLASS.kernel.package_version}")
@@ -158,6 +166,11 @@ def test_kernel_update_reboots_into_the_new_kernel(vm: Vm) -> None:
     assert manifest["expected"]["kernel"]["abi"] == NEW
     assert manifest["class_version"] == NEW_CLASS.version
     assert json.loads(vm.ssh("cat /etc/fleetgate/kernel.json"))["previous"] == OLD
+    # Pinned and held only once DKMS had built for it (kernel_pin's `pin` entry point).
+    assert _pinned(vm) == (f"linux-image-{NEW} linux-headers-{NEW}",
+                           NEW_CLASS.kernel.package_version)
+    assert {f"linux-image-{NEW}", f"linux-headers-{NEW}"} <= set(
+        vm.ssh("apt-mark showhold").split())
     # Lab disks carry MODULES=dep (lab/vm_hosts.py), so the initramfs the update built holds
     # this VM's root-device modules, not Debian's "most" set of hundreds, and it booted.
     listed = vm.ssh(f"lsinitramfs /boot/initrd.img-{NEW}").split()
@@ -183,6 +196,8 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     vm.ssh("tar -C /usr/src -xf -", stdin=buf.getvalue())
     vm.ssh(f"dkms add -m fgbroken -v 1.0 && dkms install -m fgbroken -v 1.0 -k {OLD}")
     boots_before = len(vm.boots())
+    pinned_before = _pinned(vm)
+    held_before = vm.ssh("apt-mark showhold")
 
     rc, result = _update(vm)
 
@@ -201,6 +216,13 @@ def test_broken_dkms_module_blocks_the_reboot(vm: Vm) -> None:
     assert vm.ssh("uname -r") == OLD
     assert vm.ssh(f"dpkg-query -W -f='${{Status}}' linux-image-{NEW} || true") in (
         "", "unknown ok not-installed", "deinstall ok config-files")
+    # The new kernel was staged unpinned, so the old kernel's pin and holds were never touched.
+    assert pinned_before == _pinned(vm) == (f"linux-image-{OLD} linux-headers-{OLD}",
+                                            PIN.kernel.package_version)
+    # (57, still installed and held after the rollback above, went with its purge.)
+    new_pkgs = {f"linux-image-{NEW}", f"linux-headers-{NEW}"}
+    assert set(vm.ssh("apt-mark showhold").split()) == set(held_before.split()) - new_pkgs
+    assert {f"linux-image-{OLD}", f"linux-headers-{OLD}"} <= set(held_before.split())
 
 
 def test_the_vm_is_re_imaged_to_a_new_image_and_boots_its_kernel(vm: Vm,
