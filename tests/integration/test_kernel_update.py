@@ -11,7 +11,7 @@ kernel under qemu. In order:
 - rollback.yml brings it back to 55 and class version 1 (57 stays installed, not default);
 - a third-party DKMS module that builds for 55 but not for 57 then makes kernel-update refuse
   to reboot: fleetgate's own pre-reboot gate fails, 57 is removed again, the host keeps 55 as
-  its default boot, and the reason names the module.
+  its default boot with its apt pin and holds untouched, and the reason names the module.
 Every kernel the host is said to run is proven by `uname -r` after a real reboot; the refused
 update is proven by the boot links the next boot would follow, and by the absence of a boot.
 The broken module comes last so that its kernel-update finds 57 already unpacked: under TCG
