@@ -55,7 +55,7 @@ class LabHandle:
         paths = LabPaths(self.root)
         state = load_state(paths.state)
         assert state is not None, f"no lab in {self.root}"
-        proc = subprocess.run(ssh_argv(paths, state.host(host).port, command),
+        proc = subprocess.run(ssh_argv(paths, state.host(host), command),
                               capture_output=True, text=True, timeout=30, check=False,
                               stdin=subprocess.DEVNULL)
         return proc.stdout

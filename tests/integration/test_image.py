@@ -261,7 +261,7 @@ class Lab:
         return state.hosts
 
     def ssh(self, host: Any, command: str) -> str:
-        proc = subprocess.run(ssh_argv(self.paths, host.port, command), capture_output=True,
+        proc = subprocess.run(ssh_argv(self.paths, host, command), capture_output=True,
                               text=True, timeout=300, check=False, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
         return proc.stdout.strip()

@@ -68,7 +68,7 @@ class Vm:
         return state.hosts[0]
 
     def ssh(self, command: str, *, stdin: bytes | None = None, check: bool = True) -> str:
-        proc = subprocess.run(ssh_argv(self.paths, self.host.port, command), input=stdin or b"",
+        proc = subprocess.run(ssh_argv(self.paths, self.host, command), input=stdin or b"",
                               capture_output=True, timeout=600, check=False)
         if check and proc.returncode != 0:
             pytest.fail(f"{command!r} -> {proc.returncode}: {proc.stderr.decode()}")

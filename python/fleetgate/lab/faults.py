@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from fleetgate.errors import BadInput
-from fleetgate.lab.keys import ssh_argv
+from fleetgate.lab.keys import CONNECT_TIMEOUT_S, ssh_argv
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import FaultKind, LabHost
 from fleetgate.lab.vm_hosts import monitor_command, start_vm, stop_vm
@@ -56,7 +56,7 @@ def _host_shell(paths: LabPaths, podman: Podman, host: LabHost, script: str) -> 
     if host.kind == "container":
         podman("exec", host.runtime_name, "/bin/sh", "-c", script, timeout=30)
     else:
-        run(ssh_argv(paths, host.port, script), timeout=30)
+        run(ssh_argv(paths, host, script), timeout=30 + CONNECT_TIMEOUT_S[host.kind])
 
 
 def _hang_probe(paths: LabPaths, podman: Podman, host: LabHost, on: bool) -> None:

@@ -15,6 +15,7 @@ from fleetgate.lab import container_hosts, slurm, vm_hosts
 from fleetgate.lab.faults import heal, inject
 from fleetgate.lab.inventory import write_inventory
 from fleetgate.lab.keys import (
+    CONNECT_TIMEOUT_S,
     close_control_masters,
     ensure_client_key,
     host_key,
@@ -81,9 +82,10 @@ def _plan_hosts(
     return hosts
 
 
-def ssh_ok(paths: LabPaths, port: int, timeout: float = 10) -> bool:
+def ssh_ok(paths: LabPaths, host: LabHost) -> bool:
     try:
-        proc = run(ssh_argv(paths, port, "true"), timeout=timeout, check=False)
+        proc = run(ssh_argv(paths, host, "true"), timeout=CONNECT_TIMEOUT_S[host.kind] + 5,
+                   check=False)
     except ToolError:
         return False
     return proc.returncode == 0
@@ -92,7 +94,7 @@ def ssh_ok(paths: LabPaths, port: int, timeout: float = 10) -> bool:
 def wait_for_ssh(paths: LabPaths, host: LabHost, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if is_listening(host.port) and ssh_ok(paths, host.port):
+        if is_listening(host.port) and ssh_ok(paths, host):
             return
         if host.kind == "vm" and not pid_alive(host.supervisor_pid):
             raise LabError("VM supervisor exited during boot (see supervisor.log, boots.jsonl)",
@@ -254,7 +256,7 @@ def status(paths: LabPaths) -> list[HostStatus]:
             running = out == "true"
         else:
             running = pid_alive(h.supervisor_pid)
-        reachable = running and is_listening(h.port) and ssh_ok(paths, h.port, timeout=8)
+        reachable = running and is_listening(h.port) and ssh_ok(paths, h)
         return HostStatus(h, running, reachable)
 
     with ThreadPoolExecutor(max_workers=8) as pool:

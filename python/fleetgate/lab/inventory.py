@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from fleetgate.lab.keys import ssh_options
+from fleetgate.lab.keys import CONNECT_TIMEOUT_S, ssh_options
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import LabState
 
@@ -35,6 +35,10 @@ def inventory_dict(paths: LabPaths, state: LabState) -> dict[str, Any]:
             "fleetgate_class": h.node_class,
             "fleetgate_lab_kind": h.kind,
         }
+        if h.kind == "vm":
+            # Ansible puts its own ConnectTimeout (10 s) before the common args, and ssh keeps
+            # the first; an emulated VM gets the lab's longer wait (keys.CONNECT_TIMEOUT_S).
+            hosts[h.name]["ansible_ssh_timeout"] = CONNECT_TIMEOUT_S["vm"]
         groups = [class_group(h.node_class), h.pool, f"lab_{h.kind}s"]
         if state.slurm is not None and h.name in state.slurm.nodes:
             # What drain.yml reads: the node's Slurm name, and the inventory host that runs

@@ -12,7 +12,15 @@ import tempfile
 from pathlib import Path
 
 from fleetgate.lab.paths import LabPaths
+from fleetgate.lab.state import LabHost
 from fleetgate.system.procs import require_tool, run
+
+# Seconds to wait for the TCP connect and the SSH banner. A container answers in well under a
+# second, and a short wait keeps a cut host "unreachable" within seconds. A VM is emulated
+# (TCG) and, right after boot on a loaded 2-core machine, its sshd can take longer than 5 s to
+# fork and send its banner: CI once failed a whole VM test module on "Connection timed out
+# during banner exchange" one command after the VM had answered.
+CONNECT_TIMEOUT_S = {"container": 5, "vm": 30}
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -68,13 +76,13 @@ def close_control_masters(control_dir: str | None) -> None:
     shutil.rmtree(cdir, ignore_errors=True)
 
 
-def ssh_options(paths: LabPaths) -> list[str]:
+def ssh_options(paths: LabPaths, kind: str = "container") -> list[str]:
     return [
         "-o", "BatchMode=yes",
         "-o", "IdentitiesOnly=yes",
         "-o", f"UserKnownHostsFile={paths.known_hosts}",
         "-o", "StrictHostKeyChecking=yes",
-        "-o", "ConnectTimeout=5",
+        "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S[kind]}",
         # A cut network must surface as "unreachable" within seconds, also on a multiplexed
         # connection that was opened before the cut.
         "-o", "ServerAliveInterval=5",
@@ -82,7 +90,7 @@ def ssh_options(paths: LabPaths) -> list[str]:
     ]
 
 
-def ssh_argv(paths: LabPaths, port: int, *command: str) -> list[str]:
+def ssh_argv(paths: LabPaths, host: LabHost, *command: str) -> list[str]:
     ssh = require_tool("ssh", "openssh-client")
-    return [ssh, *ssh_options(paths), "-i", str(paths.ssh_key), "-p", str(port),
+    return [ssh, *ssh_options(paths, host.kind), "-i", str(paths.ssh_key), "-p", str(host.port),
             "root@127.0.0.1", *command]
