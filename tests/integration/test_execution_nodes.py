@@ -3,10 +3,12 @@ zones (lab-c01..12; zone-b is every third host) and 2 execution-node containers 
 zone-a, lab-x02 for zone-b) running `ansible-runner worker`, fed by transmit over SSH and read
 back by process on the controller.
 
-One lab for the file. The change is the stamp (examples/rollout/stamp-version.yml), with no
-smoke checks: these tests are about where batches run and what survives a crash, and the
-target check (the version file) still gates every host. Each test has its own stamp, so
-applications are counted per test on the hosts (applies.log) and in the journal.
+One lab for the file, its hosts from the lab-cpu golden image (the smoke probes are there).
+The change is the stamp (examples/rollout/stamp-version.yml). The first rollout gates on the
+smoke suite's discovery check, which the nodes run too; the others have no smoke checks:
+they are about where batches run and what survives a crash, and the target check (the
+version file) still gates every host. Each test has its own stamp, so applications are
+counted per test on the hosts (applies.log) and in the journal.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 import yaml
 
 from tests.conftest import FLEETGATE, REPO, LabHandle
-from tests.integration.conftest import LabFactory
+from tests.integration.conftest import GoldenImages, LabFactory
 
 pytestmark = pytest.mark.lab
 
@@ -98,9 +100,9 @@ class Lab(LabHandle):
 
 
 @pytest.fixture(scope="module")
-def lab(lab_up: LabFactory) -> Iterator[Lab]:
-    with lab_up("execnodes", containers=N_HOSTS, handle=Lab,
-                args=("--execution-nodes", "2")) as lab:
+def lab(golden: GoldenImages, lab_up: LabFactory) -> Iterator[Lab]:
+    with lab_up("execnodes", containers=N_HOSTS, images=(golden.build("lab-cpu"),),
+                golden=golden, handle=Lab, args=("--execution-nodes", "2")) as lab:
         yield lab
 
 
@@ -110,7 +112,8 @@ def batches(lab: Lab, rid: str) -> list[dict[str, Any]]:
 
 def test_a_rollout_across_execution_nodes_says_which_node_ran_each_batch(lab: Lab) -> None:
     t0 = time.monotonic()
-    proc = lab.rollout("start", str(lab.plan("across")), "--id", "across-1", "--json")
+    plan = lab.plan("across", gates={"checks": ["discovery"]})
+    proc = lab.rollout("start", str(plan), "--id", "across-1", "--json")
     assert proc.returncode == EXIT["completed"], proc.stdout[-3000:] + proc.stderr
     s = json.loads(proc.stdout)
     for h in HOSTS:
@@ -128,10 +131,43 @@ def test_a_rollout_across_execution_nodes_says_which_node_ran_each_batch(lab: La
     ansible_events = lab.history("across-1", "ansible")
     assert {e["host"] for e in ansible_events if e["data"]["event"] == "runner_on_ok"} == set(
         HOSTS)
+    # Each host's smoke gate ran on its zone's node, and passed there.
+    smoke = [e for e in lab.history("across-1", "smoke") if e["data"]["label"] == "verify"]
+    assert {e["host"] for e in smoke} == set(HOSTS), smoke
+    for e in smoke:
+        assert e["data"]["execution_node"] == NODE[e["host"]], e
+        assert e["data"]["result"]["status"] == "pass", e["data"]["result"]["reason"]
     # The nodes keep nothing of a collected job.
     for node in ("lab-x01", "lab-x02"):
         assert lab.ssh(node, "ls -A ~/.fleetgate-jobs 2>/dev/null || true").strip() == ""
     print(f"across: {time.monotonic() - t0:.1f}s")
+
+
+def test_smoke_run_on_the_execution_nodes_measures_as_the_controller_does(lab: Lab) -> None:
+    """`smoke run --execution-node` twice: the hosts are dealt to the nodes, each measures
+    its part from there (a worker job each), and the verdicts are those of the same run from
+    the controller. The nodes themselves are never measured."""
+    verdicts = {}
+    walls = {}
+    for where in ("here", "nodes"):
+        out = lab.root.parent / f"smoke-{where}.json"
+        nodes = ["--execution-node", "lab-x01", "--execution-node", "lab-x02"]
+        t0 = time.monotonic()
+        proc = lab.run("smoke", "run", "-i", lab.inventory, "--only", "discovery,stack",
+                       "--out", str(out), *(nodes if where == "nodes" else []), check=False)
+        walls[where] = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        doc = json.loads(out.read_text())
+        assert doc["hosts"] == HOSTS
+        verdicts[where] = {(r["host"], r["check"]): (r["status"], r["reason"], r["probe_version"])
+                           for r in doc["results"]}
+        ran_on = doc["execution_nodes"]
+    assert verdicts["nodes"] == verdicts["here"]
+    assert ran_on == {h: "lab-x01" if i < N_HOSTS // 2 else "lab-x02"
+                      for i, h in enumerate(HOSTS)}
+    for node in ("lab-x01", "lab-x02"):
+        assert lab.ssh(node, "ls -A ~/.fleetgate-jobs 2>/dev/null || true").strip() == ""
+    print(f"smoke on 12 hosts: here {walls['here']:.1f}s, on 2 nodes {walls['nodes']:.1f}s")
 
 
 def test_controller_and_its_worker_killed_mid_batch_then_resume_applies_once(lab: Lab) -> None:

@@ -23,10 +23,10 @@ from fleetgate.lab.state import LabHost, LabState, load_state, save_state
 from fleetgate.rollout import execution_nodes, worker
 from fleetgate.rollout.journal import Journal
 from fleetgate.rollout.lease import Lease
-from fleetgate.rollout.plan import EXEC_NODES_GROUP, RolloutPlan, load_plan
+from fleetgate.rollout.plan import RolloutPlan, load_plan
 from fleetgate.rollout.waves import Host
 from fleetgate.runner import ansible, remote
-from fleetgate.runner.inventory import Inventory
+from fleetgate.runner.inventory import EXEC_NODES_GROUP, Inventory
 from fleetgate.system import recipes
 from tests.conftest import REPO, fleetgate
 from tests.fixtures.rollout.plans import minimal_plan
@@ -148,11 +148,12 @@ def test_only_checked_names_reach_the_remote_shell(job: str, owner: str) -> None
         remote.attach_script(job, owner, 0)
 
 
-def test_lab_and_plan_agree_on_the_group_and_the_image_on_the_lock() -> None:
-    assert lab_inventory.EXEC_NODES_GROUP == EXEC_NODES_GROUP
+def test_the_execution_node_image_installs_the_lock_versions() -> None:
     lock = (REPO / "requirements.lock").read_text()
     assert f"ansible-core=={recipes.ANSIBLE_CORE_VERSION}\n" in lock
     assert f"ansible-runner=={recipes.ANSIBLE_RUNNER_VERSION}\n" in lock
+    for pin in recipes.SMOKE_RUNTIME:
+        assert f"{pin}\n" in lock, pin
 
 
 # ------------------------------------------------------ the protocol, with sh in place of ssh

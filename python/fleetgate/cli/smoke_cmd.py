@@ -35,6 +35,7 @@ def _stderr(text: str) -> None:
     "fleetgate smoke run -i inventory.yml",
     "fleetgate smoke run -i inventory.yml --only discovery,gemm --out results.json",
     "fleetgate smoke run -i inventory.yml --baseline before.json -o json",
+    "fleetgate smoke run -i inventory.yml --execution-node exec-a --execution-node exec-b",
 ], "0 every check passed, 1 a check failed, 4 nothing failed but something could not be "
    "measured, 2 bad input")
 def run(
@@ -55,6 +56,12 @@ def run(
     forks: Annotated[int, typer.Option(min=1, max=500, help=(
         "pytest processes at most; each measures its share of the hosts in turn."))
                      ] = DEFAULT_FORKS,
+    execution_node: Annotated[list[str] | None, typer.Option(
+        "--execution-node", help=(
+            "Measure from this execution node (inventory group fleetgate_execution_nodes) "
+            "instead of here, as ansible-runner worker jobs (repeatable: the hosts are "
+            "dealt to the nodes in order; each node runs up to --forks processes)."))
+                      ] = None,
 ) -> None:
     """Run the suite on every matching host, up to --forks processes in parallel; exit 1 on
     any fail, 4 if some check could not be measured and none failed."""
@@ -65,7 +72,7 @@ def run(
     out = ui.fmt(as_json, output)
     base = load_results(baseline) if baseline is not None else None
     result = run_smoke(inventory_sources(inventory), limit=limit, node_class=node_class, only=only,
-                       baseline=base, forks=forks)
+                       baseline=base, forks=forks, on_nodes=execution_node or ())
     if json_out is not None:
         try:
             json_out.write_text(result.to_json() + "\n")

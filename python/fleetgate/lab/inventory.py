@@ -15,8 +15,7 @@ import yaml
 from fleetgate.lab.keys import CONNECT_TIMEOUT_S, ssh_options
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import LabState
-
-EXEC_NODES_GROUP = "fleetgate_execution_nodes"  # rollout/plan.py reads the same group
+from fleetgate.runner.inventory import EXEC_NODES_GROUP
 
 
 def class_group(name: str) -> str:

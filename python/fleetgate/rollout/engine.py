@@ -441,14 +441,21 @@ class Controller:
         """One smoke run, every result journalled. The canary metrics' checks are judged by
         canary analysis per host, so the suite's fleet-relative check leaves them alone."""
         c = self.plan.canary
-        run = run_smoke(self.inventory, hosts=hosts,
+        ex = self.plan.execution
+        # With execution nodes, a host is measured by the node that applies its changes: the
+        # one its failure domain names, next to it.
+        nodes = ({h: execution_nodes.remote_node(self.inventory, execution_nodes.node_of(
+            ex, self.a.hosts[h])) for h in hosts if h in self.a.hosts} if ex is not None else {})
+        run = run_smoke(self.inventory, hosts=hosts, nodes=nodes, owner=self.rid,
                         classes=measure.classes_for(self, label),
                         only=checks or list(self.plan.gates.checks),
                         baseline=self.baseline, forks=self.plan.gates.forks,
                         runs_base=self.dir / "runs",
                         skip_relative=canary_gate.checks_for(c) if c is not None else ())
         self.j.events_at_once(self.rid, "smoke", [
-            (r.host, {"label": label, "result": r.model_dump(mode="json")})
+            (r.host, {"label": label, "result": r.model_dump(mode="json"),
+                      **({"execution_node": run.execution_nodes[r.host]}
+                         if r.host in run.execution_nodes else {})})
             for r in run.results], wave=k)
         return run
 

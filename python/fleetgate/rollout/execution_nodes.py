@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fleetgate.errors import BadInput
-from fleetgate.rollout.plan import EXEC_NODES_GROUP, Execution, RolloutPlan
+from fleetgate.rollout.plan import Execution, RolloutPlan
 from fleetgate.rollout.waves import Host
-from fleetgate.runner.inventory import Inventory, resolve_inventory
+from fleetgate.runner.inventory import EXEC_NODES_GROUP, Inventory, resolve_inventory
 from fleetgate.runner.remote import RemoteNode, node_from_hostvars
 
 

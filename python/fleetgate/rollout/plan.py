@@ -412,7 +412,6 @@ class Rollback(Change):
 
 # An execution node's inventory name: it reaches --limit-free ssh argv and file names.
 EXEC_NODE_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-EXEC_NODES_GROUP = "fleetgate_execution_nodes"
 ExecNodeName = Annotated[str, StringConstraints(pattern=EXEC_NODE_RE)]
 DomainValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 

@@ -252,10 +252,10 @@ def _run(
         for hr in hosts.values():
             if hr.outcome in ("ok", "changed", "skipped"):
                 hr.outcome, hr.message = "failed", reason
-    if lost and limit:
+    if lost:
         # The node (or the way to it) went mid-batch: no host's outcome is known, whatever
         # events came before; each is unreachable during this run, by today's rules.
-        for name in limit.split(","):
+        for name in limit.split(",") if limit else []:
             hosts[name] = HostResult(name, "unreachable", message=lost,
                                      task=hosts[name].task if name in hosts else "")
         errors.append(lost)

@@ -35,6 +35,9 @@ from fleetgate.runner.private_state import private_state_dir, replace_private
 from fleetgate.site import content_env, content_root, current_site
 from fleetgate.spec.schema import CLASS_NAME_RE
 
+# The inventory group whose members are execution nodes (rollout plans, `smoke run
+# --execution-node`, the lab's inventory).
+EXEC_NODES_GROUP = "fleetgate_execution_nodes"
 # Host names reach command lines (--limit, --hosts=ansible://HOST) and file names.
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 # A limit is Ansible's host-pattern grammar: names, globs, ranges, groups, ',' and ':' lists,
@@ -123,9 +126,9 @@ class Inventory:
         """What ansible-runner's `inventory` takes: each source, as `-i` would."""
         return [str(p) for p in self.sources]
 
-    def _doc_of(self, hosts: Sequence[str]) -> dict[str, Any]:
-        """This resolution narrowed to `hosts`: their variables, and the groups they are in
-        with only them as members."""
+    def answer_for(self, hosts: Sequence[str]) -> dict[str, Any]:
+        """This resolution narrowed to `hosts`, as ansible-inventory --list answers: their
+        variables, and the groups they are in with only them as members."""
         wanted = set(hosts)
         groups = {g for h in hosts for g in self.groups_of().get(h, [])}
         allvars = self.doc.get("_meta", {}).get("hostvars", {}) or {}
@@ -139,6 +142,11 @@ class Inventory:
                 "children": [c for c in entry.get("children") or [] if c in groups]}
         return doc
 
+    def narrowed(self, hosts: Sequence[str]) -> Inventory:
+        """The same resolution with only `hosts` in it (a job for some of them, sent whole
+        to an execution node)."""
+        return Inventory(self.sources, self.limit, self.answer_for(hosts))
+
     def hosts_source(self, workdir: Path, hosts: Sequence[str], name: str) -> Path:
         """An inventory of these hosts of this resolution, for a tool that resolves again by
         itself (testinfra's --ansible-inventory, one process per group of hosts): an inventory
@@ -148,7 +156,7 @@ class Inventory:
         differently. `name` becomes the file's name; hosts are checked names (HOST_RE)."""
         script = host_path(workdir, name, ".py", prefix="inventory-")
         data = stand_in_answer(script)
-        data.write_text(json.dumps(self._doc_of(hosts)))
+        data.write_text(json.dumps(self.answer_for(hosts)))
         script.write_text(f"#!{sys.executable}\nimport sys\n"
                           f"sys.stdout.write(open({str(data)!r}).read())\n")
         script.chmod(0o700)  # run by this user only; it sits in a private run dir

@@ -266,7 +266,7 @@ class _Follow:
             if rc == 0:
                 return False
             why = self._stderr() or why
-        self.lost = (f"execution node {self.job.node.name} lost mid-batch "
+        self.lost = (f"execution node {self.job.node.name} lost mid-job "
                      f"(ssh exit {rc}: {why or 'connection closed'})")
         return False
 

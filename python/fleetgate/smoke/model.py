@@ -100,6 +100,9 @@ class SmokeRun(BaseModel):
     hosts: list[str]
     results: list[CheckResult]
     run_dir: str | None = None
+    # host -> the execution node that measured it; a host measured from the controller is
+    # not in it.
+    execution_nodes: dict[str, str] = Field(default_factory=dict)
 
     @property
     def failed(self) -> list[CheckResult]:

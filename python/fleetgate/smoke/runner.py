@@ -13,13 +13,14 @@ missing checks become inconclusive. The per-host verdicts are then compared acro
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 from fleetgate.errors import BadInput
 from fleetgate.inputs import load_json, read_input
 from fleetgate.runner.inventory import (
+    EXEC_NODES_GROUP,
     Inventory,
     Sources,
     ansible_env,
@@ -37,6 +39,8 @@ from fleetgate.runner.inventory import (
     validate_limit,
 )
 from fleetgate.runner.private_state import private_state_dir, private_umask
+from fleetgate.runner.remote import RemoteNode
+from fleetgate.smoke import remote
 from fleetgate.smoke.judge import apply_relative, unmeasured
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.probeset import PROBES_DIR, host_budget_s
@@ -107,9 +111,12 @@ def suite_argv(hosts: Sequence[str], inventory: Path, run_dir: Path, results_fil
             f"--fleetgate-probes-dir={probes_dir}", str(SUITE_DIR)]
 
 
-def _run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check],
-               run_dir: Path, budget_s: float, probes_dir: str, classes: Path | None = None
-               ) -> tuple[list[CheckResult], dict[str, Any]]:
+def run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check],
+              run_dir: Path, budget_s: float, probes_dir: str, classes: Path | None = None
+              ) -> tuple[list[CheckResult], dict[str, Any]]:
+    """One group's pytest process, here: its results and how it ended (rc, killed past its
+    budget, wall time, log). An execution node runs its groups with this too
+    (smoke/on_node.py)."""
     results_file = host_path(run_dir, name, ".jsonl")
     log_file = host_path(run_dir, name, ".log")
     # testinfra's ansible backend runs ssh through `/bin/sh -c` with the host's ssh args
@@ -159,6 +166,9 @@ def run_smoke(
     runs_base: Path | None = None,
     classes: Path | None = None,
     skip_relative: Collection[str] = (),
+    nodes: Mapping[str, RemoteNode] | None = None,
+    on_nodes: Sequence[str] = (),
+    owner: str | None = None,
 ) -> SmokeRun:
     """Run the smoke suite on every matching host in parallel; never raises for a host that
     fails or cannot be reached (those are results), only for bad input (BadInput).
@@ -166,7 +176,12 @@ def run_smoke(
     way, so a rollout's every batch reuses its one resolution of the inventory (a limit is
     another resolution: an ansible-inventory run).
     `skip_relative`: checks whose fleet-relative comparison a caller makes itself (a
-    rollout's canary analysis judges them per host), so they are not judged twice."""
+    rollout's canary analysis judges them per host), so they are not judged twice.
+    `nodes`: host -> the execution node whose worker measures it (smoke/remote.py); hosts
+    without one are measured from here. `on_nodes`: these execution nodes (inventory group
+    fleetgate_execution_nodes) measure every host, dealt in order (`smoke run
+    --execution-node`). `owner` names the jobs' rollout on the nodes (a
+    rollout's id; default: this run's own name)."""
     limit = validate_limit(limit)
     checks = parse_only(only)
     if forks < 1:
@@ -188,7 +203,11 @@ def run_smoke(
         limit = ",".join(hosts)
     cache: dict[str, tuple[NodeClass, Plan]] = {}
     selected: dict[str, tuple[NodeClass, Plan] | None] = {}
+    # Execution nodes run jobs for the fleet; they are never measured as part of it.
+    infrastructure = {h for h, groups in inv.groups_of().items() if EXEC_NODES_GROUP in groups}
     for host, hv in hostvars.items():
+        if host in infrastructure:
+            continue
         cls = _class_of(hv, cache, classes)
         if node_class is not None and (cls is None or cls[0].name != node_class):
             continue
@@ -203,18 +222,26 @@ def run_smoke(
     measured = {h: cls for h, cls in selected.items() if cls is not None}
     unclassed = [h for h, cls in selected.items() if cls is None]
 
-    def one(i: int, group: list[str]) -> list[CheckResult]:
-        name = f"group-{i:03d}"
-        got, meta = _run_group(name, group, inv.hosts_source(run_dir, group, name), checks,
-                               run_dir, sum(host_budget_s(checks, measured[h][1])
-                                            for h in group), probes_dir, classes)
+    nodes = dict(nodes or {})
+    if on_nodes:
+        nodes.update(remote.deal(inv, list(measured), on_nodes))
+    job_owner = owner or f"smoke-{stamp.lower()}-{run_dir.name[-6:]}"
+
+    def complete(group: list[str], got: list[CheckResult], meta: dict[str, Any]
+                 ) -> list[CheckResult]:
+        """The group's results, with a stated one for every check the suite did not answer."""
         for host in group:
             nc, plan = measured[host]
             done = {r.check for r in got if r.host == host}
             for c in checks:
                 if c in done:
                     continue
-                if meta["killed"]:
+                if meta.get("lost"):
+                    got.append(unmeasured(host, c, "not-run", f"the suite of its group ran on "
+                                          f"execution node {meta['execution_node']}, which "
+                                          f"did not return it: {meta['lost']}", nc=nc,
+                                          plan=plan, evidence=meta))
+                elif meta["killed"]:
                     got.append(unmeasured(host, c, "timeout", f"the suite of its group "
                                           f"({len(group)} hosts) passed its "
                                           f"{meta['budget_s']:.0f}s budget and was "
@@ -227,14 +254,44 @@ def run_smoke(
                                           nc=nc, plan=plan, evidence=meta))
         return got
 
+    def budget(group: list[str]) -> float:
+        return sum(host_budget_s(checks, measured[h][1]) for h in group)
+
+    def here(name: str, group: list[str]) -> list[CheckResult]:
+        return complete(group, *run_group(name, group, inv.hosts_source(run_dir, group, name),
+                                           checks, run_dir, budget(group), probes_dir, classes))
+
+    def there(node: RemoteNode, named: list[tuple[str, list[str]]]) -> list[CheckResult]:
+        # One job per node for all its groups: a job costs a transmit and a worker's and an
+        # ansible-playbook's start-up on the node, a group only its pytest process there.
+        groups = [remote.Group(name, group, budget(group)) for name, group in named]
+        out: list[CheckResult] = []
+        for g, (got, meta) in zip(groups, remote.run_node(
+                node, job_owner, groups, inv, run_dir, classes, checks, probes_dir), strict=True):
+            out += complete(g.hosts, got, meta)
+        return out
+
     found: list[CheckResult] = [unmeasured(h, c, "not-run", "host has no fleetgate_class")
                                 for h in unclassed for c in checks]
     found += [unmeasured(h, c, "not-run", f"not in the inventory ({inv.label}) any more")
               for h in gone for c in checks]
     if measured:
-        groups = _groups(list(measured), forks)
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            for rs in pool.map(one, range(len(groups)), groups):
+        # Each executor (this machine, every node) runs at most `forks` processes; a group's
+        # hosts share one executor.
+        by_executor: dict[str, list[str]] = {}
+        for h in measured:
+            by_executor.setdefault(nodes[h].name if h in nodes else "", []).append(h)
+        tasks: list[Callable[[], list[CheckResult]]] = []
+        n = 0
+        for executor, part in by_executor.items():
+            named = [(f"group-{n + i:03d}", g) for i, g in enumerate(_groups(part, forks))]
+            n += len(named)
+            if executor:
+                tasks.append(functools.partial(there, nodes[part[0]], named))
+            else:
+                tasks += [functools.partial(here, name, g) for name, g in named]
+        with ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            for rs in pool.map(lambda task: task(), tasks):
                 found.extend(rs)
     # One host's results together, in the order of `selected`, each host's in check order.
     host_order = {h: i for i, h in enumerate([*selected, *gone])}
@@ -246,7 +303,8 @@ def run_smoke(
         schema="fleetgate.smoke.result/v1", started_at=started_at,
         finished_at=datetime.now(UTC), wall_s=round(time.monotonic() - t0, 3),
         inventory=inv.label, limit=limit, node_class=node_class, checks=checks,
-        hosts=[*selected, *gone], results=results, run_dir=str(run_dir))
+        hosts=[*selected, *gone], results=results, run_dir=str(run_dir),
+        execution_nodes={h: nodes[h].name for h in measured if h in nodes})
     (run_dir / "result.json").write_text(run.to_json())
     return run
 

@@ -39,6 +39,14 @@ SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 ANSIBLE_CORE_VERSION = "2.19.14"
 ANSIBLE_RUNNER_VERSION = "2.4.3"
 RUNNER_VENV = "/opt/fleetgate-runner"
+# What the smoke suite needs beside them when it runs on the node (`smoke run
+# --execution-node`, or a rollout's gates with an `execution` section): pytest, testinfra,
+# pydantic and PyYAML, with the dependencies they pull, at the lock's versions too. fleetgate
+# itself is not installed: each smoke job carries the controller's own suite (smoke/remote.py).
+SMOKE_RUNTIME = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "packaging==26.4",
+                 "Pygments==2.21.0", "pytest-testinfra==10.2.2", "pydantic==2.14.4",
+                 "pydantic_core==2.50.5", "annotated-types==0.8.0", "typing_extensions==4.16.0",
+                 "typing-inspection==0.4.5", "PyYAML==6.0.4")
 EXEC_NODE_PACKAGES = ("python3-venv", "openssh-client")
 EXEC_NODE_HOOKS = (
     *SSHD_HOOKS,
@@ -50,7 +58,8 @@ EXEC_NODE_HOOKS = (
     'cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$1"/tmp/fg-build-ca.crt',
     f'chroot "$1" env -i PATH=/usr/bin:/bin HOME=/root {RUNNER_VENV}/bin/pip install -q'
     " --no-cache-dir --disable-pip-version-check --cert /tmp/fg-build-ca.crt"
-    f" ansible-core=={ANSIBLE_CORE_VERSION} ansible-runner=={ANSIBLE_RUNNER_VERSION}",
+    f" ansible-core=={ANSIBLE_CORE_VERSION} ansible-runner=={ANSIBLE_RUNNER_VERSION}"
+    f" {' '.join(SMOKE_RUNTIME)}",
     'rm -f "$1"/tmp/fg-build-ca.crt',
 
     # On the PATH of a non-interactive SSH session, where the controller's ssh runs the worker.
