@@ -158,21 +158,6 @@ def test_the_execution_node_image_installs_the_lock_versions() -> None:
 
 # ------------------------------------------------------ the protocol, with sh in place of ssh
 
-@pytest.fixture
-def node_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The node side runs here: `sh -c SCRIPT` with its own HOME, this venv's ansible-runner on
-    PATH. Only the transport is replaced; every script, the worker and the stream are real."""
-    home = tmp_path / "node"
-    home.mkdir()
-    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
-
-    def local(node: remote.RemoteNode, script: str) -> list[str]:
-        return ["env", f"HOME={home}", f"PATH={path}", "sh", "-c", script]
-
-    monkeypatch.setattr(remote, "ssh_argv", local)
-    return home
-
-
 def _job(job: str = "apply-0123abcd", owner: str = "unit-exec-1") -> remote.RemoteJob:
     node = remote.RemoteNode(name="x1", address="127.0.0.1")
     return remote.RemoteJob(node, job, owner, timeout_s=120)

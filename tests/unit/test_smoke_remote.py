@@ -26,20 +26,6 @@ from tests.conftest import REPO
 CLASSES = REPO / "inventory" / "classes"
 
 
-@pytest.fixture
-def node_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "node"
-    home.mkdir()
-    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
-
-    def local(node: remote.RemoteNode, script: str) -> list[str]:
-        return ["env", f"HOME={home}", f"PATH={path}", "sh", "-c", script]
-
-    monkeypatch.setattr(remote, "ssh_argv", local)
-    monkeypatch.setenv("FLEETGATE_STATE_DIR", str(tmp_path / "state"))
-    return home
-
-
 def _inventory(tmp_path: Path, hosts: tuple[str, ...] = ("a1", "a2", "a3")) -> Inventory:
     hv = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
           "fleetgate_class": "lab-cpu"}
