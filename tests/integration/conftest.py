@@ -71,6 +71,9 @@ class GoldenImages:
 # (FLEETGATE_TEST_IMAGES=/tmp/pytest-of-root/pytest-N/golden) and skip the builds; the store
 # is then left in place. CI never sets it.
 KEEP_IMAGES = os.environ.get("FLEETGATE_TEST_IMAGES")
+# When this process began (the main one's: it removes the run's images at its end); podman
+# keeps an image's creation time in whole seconds.
+SESSION_STARTED = int(time.time()) - 1
 
 
 def _golden_root(config: pytest.Config) -> Path:
@@ -95,12 +98,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # one tag, for every lab of the run). Only here, once every worker is done: a test file's
     # own teardown removing them (`rmi --force` takes the containers too) killed other lanes'
     # hosts mid-test.
+    # Only images imported since this run began: a developer's own lab (the demo's, say) on
+    # an image imported earlier keeps its image and its containers.
     if not hasattr(session.config, "workerinput") and not KEEP_IMAGES:
         shutil.rmtree(_golden_root(session.config), ignore_errors=True)
         found = subprocess.run(["podman", "images", "--filter", "label=io.fleetgate.image",
-                                "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                               text=True, timeout=300, check=False)
-        refs = [r for r in found.stdout.split() if r.startswith("localhost/fleetgate-image-")]
+                                "--format", "json"], capture_output=True, text=True,
+                               timeout=300, check=False)
+        refs = [name for image in json.loads(found.stdout or "[]")
+                if int(image.get("Created", 0)) >= SESSION_STARTED
+                for name in image.get("Names") or []
+                if name.startswith("localhost/fleetgate-image-")]
         if refs:
             subprocess.run(["podman", "rmi", "--force", *refs], capture_output=True,
                            timeout=300, check=False)
