@@ -74,6 +74,7 @@ def test_run_rejects_bad_input_before_running(tmp_path: Path) -> None:
         (["--class", "no-such-class"], "unknown class"),
         (["--limit", "h1;reboot"], "host pattern"),
         (["--limit", "nomatch"], "no hosts match"),
+        (["--execution-node", "h1"], "h1 is not in inventory group fleetgate_execution_nodes"),
     ]
     for extra, fragment in cases:
         proc = fleetgate("smoke", "run", "-i", str(inv), *extra,

@@ -215,16 +215,15 @@ def run_smoke(
     if not selected and not gone:
         raise BadInput("no hosts match" + (f" class {node_class}" if node_class else ""),
                        source=inv.label, field=f"--limit {limit}" if limit else None)
+    measured = {h: cls for h, cls in selected.items() if cls is not None}
+    unclassed = [h for h, cls in selected.items() if cls is None]
+    nodes = dict(nodes or {})
+    if on_nodes:  # an unknown node is bad input before anything runs
+        nodes.update(remote.deal(inv, list(measured), on_nodes))
+
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     run_dir = (runs_base or private_state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
     new_run_dir(run_dir)
-
-    measured = {h: cls for h, cls in selected.items() if cls is not None}
-    unclassed = [h for h, cls in selected.items() if cls is None]
-
-    nodes = dict(nodes or {})
-    if on_nodes:
-        nodes.update(remote.deal(inv, list(measured), on_nodes))
     job_owner = owner or f"smoke-{stamp.lower()}-{run_dir.name[-6:]}"
 
     def complete(group: list[str], got: list[CheckResult], meta: dict[str, Any]
