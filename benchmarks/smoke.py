@@ -12,6 +12,14 @@ and the CPU seconds the run and its children used.
 (`--fleetgate-resolved`) against testinfra starting `ansible-inventory` on the same stand-in
 itself, in alternating rounds: wall and CPU seconds of the pytest process and its children.
 
+`--nodes`: instead, one smoke run (discovery and stack) over all `--hosts` hosts from this
+machine against the same run from 2 execution nodes (`--execution-node lab-x01
+--execution-node lab-x02`, the lab started with `--execution-nodes 2`), in alternating
+rounds. The CPU seconds are this machine's processes only: the nodes' pytest runs in their
+containers, outside this process's children. 2ecbdad, 20 hosts, 3 rounds: from this
+machine 7.8 s and 9.5 CPU-s, from 2 nodes 20.7 s and 1.3 CPU-s (one 2-core machine: the
+nodes' pytest processes share the hosts' cores).
+
 One lab of 6 lab-cpu containers is brought up (probes installed with `fleetgate fleet play
 smoke-probes`) and taken down at the end. All hosts share this machine's cores, so the
 6-host figure includes their contention, as a real run on one box would.
@@ -70,6 +78,21 @@ def processes(env: dict[str, str], inventory: str, hosts: int,
                 "median_cpu_s": statistics.median(v["cpu_s"]), **v} for k, v in got.items()}
 
 
+def nodes(env: dict[str, str], inventory: str, rounds: int) -> dict[str, Any]:
+    on_nodes = ["--execution-node", "lab-x01", "--execution-node", "lab-x02"]
+    variants = {"from this machine": [], "from 2 execution nodes": on_nodes}
+    got: dict[str, dict[str, list[float]]] = {k: {"wall_s": [], "cpu_s": []} for k in variants}
+    for i in range(rounds):
+        order = list(variants.items())
+        for name, extra in order if i % 2 == 0 else reversed(order):
+            wall, cpu = cpu_run([FLEETGATE, "smoke", "run", "-i", inventory, "--only",
+                                 "discovery,stack", *extra], env)
+            got[name]["wall_s"].append(round(wall, 2))
+            got[name]["cpu_s"].append(round(cpu, 2))
+    return {k: {"median_wall_s": statistics.median(v["wall_s"]),
+                "median_cpu_s": statistics.median(v["cpu_s"]), **v} for k, v in got.items()}
+
+
 def priming(env: dict[str, str], inventory: str, root: Path, rounds: int) -> dict[str, Any]:
     from fleetgate.runner.inventory import ansible_env, resolve_inventory
     from fleetgate.smoke.probeset import PROBES_DIR
@@ -120,6 +143,8 @@ def main() -> None:
                     help="compare pytest process counts instead (see above)")
     ap.add_argument("--priming", action="store_true",
                     help="compare testinfra primed with the controller's answer (see above)")
+    ap.add_argument("--nodes", action="store_true",
+                    help="compare runs from 2 execution nodes with runs from here (see above)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="fgbench-smoke-") as d:
         root = Path(d)
@@ -128,10 +153,12 @@ def main() -> None:
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
         inventory = str(root / "lab" / "inventory.yml")
         try:
-            timed_run([FLEETGATE, "lab", "up", "--containers", str(args.hosts)], env)
+            timed_run([FLEETGATE, "lab", "up", "--containers", str(args.hosts),
+                       *(["--execution-nodes", "2"] if args.nodes else [])], env)
             timed_run([FLEETGATE, "fleet", "play", "smoke-probes", "-i", inventory], env)
-            if args.processes or args.priming:
+            if args.processes or args.priming or args.nodes:
                 table = (processes(env, inventory, args.hosts, args.repeats) if args.processes
+                         else nodes(env, inventory, args.repeats) if args.nodes
                          else priming(env, inventory, root, args.repeats))
                 for name, row in table.items():
                     print(f"{name:32} wall {row['median_wall_s']:6.2f} s  CPU "
