@@ -67,6 +67,9 @@ def test_a_node_measures_what_the_controller_measures(tmp_path: Path, node_home:
     returned = list(Path(str(there.run_dir)).glob("x2-smoke-*/*/artifacts/smoke-*/smoke/*"))
     assert sorted(p.name for p in returned if p.name.startswith("group-000")) == [
         "group-000.jsonl", "group-000.log", "group-000.meta.json"]
+    # The hosts' variables (the inventory stand-ins) stayed on the node, in the project the
+    # worker deleted: the stream carries results, logs and how each group ended.
+    assert not [p for p in returned if "inventory" in p.name or p.suffix == ".py"], returned
 
 
 def test_a_node_that_never_takes_the_job_leaves_its_hosts_inconclusive(

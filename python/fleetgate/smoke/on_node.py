@@ -22,9 +22,14 @@ def run(spec: NodeSpec) -> None:
     out = new_run_dir(Path(spec.out).resolve())  # its groups run from inside it
     answer = Path(spec.answer)
     inv = Inventory((answer.resolve(),), None, json.loads(answer.read_text()))
+    # The groups' inventory stand-ins hold the hosts' variables: they stay in the project,
+    # which the worker deletes when the job ends, not in `out`, which goes back in the stream
+    # (and stays on the node if no controller collects the job).
+    stand_ins = Path("stand-ins").resolve()
+    stand_ins.mkdir(mode=0o700)
 
     def one(g: NodeGroup) -> None:
-        results, meta = run_group(g.name, g.hosts, inv.hosts_source(out, g.hosts, g.name),
+        results, meta = run_group(g.name, g.hosts, inv.hosts_source(stand_ins, g.hosts, g.name),
                                    spec.checks, out, g.budget_s, spec.probes_dir,
                                    Path(spec.classes).resolve())
         # The results file is read back on the controller; the meta says how the suite ended.
