@@ -37,6 +37,7 @@ from fleetgate.rollout.waves import Assignment, Host
 from fleetgate.runner import secret_vars
 from fleetgate.runner.ansible import SECRET_VARS_FILE
 from fleetgate.runner.private_state import private_dirs, private_state_dir, private_umask
+from fleetgate.runner.remote import RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.site import current_site
 from fleetgate.smoke.model import CheckResult, SmokeRun
@@ -444,8 +445,13 @@ class Controller:
         ex = self.plan.execution
         # With execution nodes, a host is measured by the node that applies its changes: the
         # one its failure domain names, next to it.
-        nodes = ({h: execution_nodes.remote_node(self.inventory, execution_nodes.node_of(
-            ex, self.a.hosts[h])) for h in hosts if h in self.a.hosts} if ex is not None else {})
+        nodes: dict[str, RemoteNode] = {}
+        if ex is not None:
+            parts = execution_nodes.by_node(ex, self.a.hosts, [h for h in hosts
+                                                               if h in self.a.hosts])
+            for name, part in parts.items():  # one connection record per node, not per host
+                nodes.update(dict.fromkeys(part, execution_nodes.remote_node(self.inventory,
+                                                                              name)))
         run = run_smoke(self.inventory, hosts=hosts, nodes=nodes, owner=self.rid,
                         classes=measure.classes_for(self, label),
                         only=checks or list(self.plan.gates.checks),

@@ -14,7 +14,7 @@ from fleetgate.errors import BadInput
 from fleetgate.rollout.plan import Execution, RolloutPlan
 from fleetgate.rollout.waves import Host
 from fleetgate.runner.inventory import EXEC_NODES_GROUP, Inventory, resolve_inventory
-from fleetgate.runner.remote import RemoteNode, node_from_hostvars
+from fleetgate.runner.remote import RemoteNode, few, member_node, node_from_hostvars
 
 
 def node_of(ex: Execution, host: Host) -> str:
@@ -42,24 +42,15 @@ def check(plan: RolloutPlan, hosts: Mapping[str, Host], inv: Inventory, *,
             unserved.setdefault(value or "(none)", []).append(h.name)
     if unserved:
         value, names = sorted(unserved.items())[0]
-        raise BadInput(f"{ex.domain}={value} (hosts {_few(names)}) has no execution node; "
+        raise BadInput(f"{ex.domain}={value} (hosts {few(names)}) has no execution node; "
                        f"nodes serve {ex.domain}={', '.join(sorted(ex.nodes))}",
                        source=source, field=field)
-    members = {h for h, groups in inv.groups_of().items() if EXEC_NODES_GROUP in groups}
     for value, node in sorted(ex.nodes.items()):
-        if node not in members:
-            raise BadInput(f"{node} is not in inventory group {EXEC_NODES_GROUP} (members: "
-                           f"{_few(sorted(members)) or 'none'})", source=source,
-                           field=f"{field}.{value}")
+        member_node(inv, node, source=source, field=f"{field}.{value}")
         if node in hosts:
             raise BadInput(f"{node} is an execution node and also a target of the plan; "
                            "exclude it from the targets", source=source,
                            field=f"{field}.{value}")
-        node_from_hostvars(node, inv.hostvars.get(node, {}), source=inv.label)
-
-
-def _few(names: list[str]) -> str:
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def by_node(ex: Execution, hosts: Mapping[str, Host], names: Iterable[str]

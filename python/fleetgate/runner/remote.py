@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from fleetgate.errors import BadInput
 from fleetgate.runner.connection_vars import value_problem
-from fleetgate.runner.inventory import Inventory
+from fleetgate.runner.inventory import EXEC_NODES_GROUP, Inventory
 from fleetgate.site import content_root
 
 JOB_RE = r"^[a-z]{1,16}-[0-9a-f]{8}$"
@@ -93,6 +93,21 @@ class RemoteNode(BaseModel):
         pattern=r"^[A-Za-z0-9_./%@+~:,][A-Za-z0-9_./%@+~:,-]{0,1023}$")] | None = None
     # ansible_ssh_common_args, split: every word passed runner/ssh_args.py's allow-list.
     ssh_args: list[SshWord] = Field(default_factory=list)
+
+
+def few(names: list[str]) -> str:
+    """Up to five names, and how many more: what an error line can carry."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def member_node(inv: Inventory, name: str, *, source: Path | str, field: str) -> RemoteNode:
+    """Execution node `name`, which must be in the inventory group fleetgate_execution_nodes,
+    with connection values that pass the same checks as any host's (bad input otherwise)."""
+    members = {h for h, groups in inv.groups_of().items() if EXEC_NODES_GROUP in groups}
+    if name not in members:
+        raise BadInput(f"{name} is not in inventory group {EXEC_NODES_GROUP} (members: "
+                       f"{few(sorted(members)) or 'none'})", source=source, field=field)
+    return node_from_hostvars(name, inv.hostvars.get(name, {}), source=inv.label)
 
 
 def node_from_hostvars(name: str, hv: Mapping[str, Any], *, source: str) -> RemoteNode:

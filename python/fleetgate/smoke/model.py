@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -46,6 +47,15 @@ class ProbeReport(BaseModel):
         # What a probe measured is judged and gated on: a negative TFLOPS sample or byte count
         # is no measurement (the parsers' own rule for what they read on hosts).
         return parsers.check_values(metrics, signed=SIGNED_METRICS)
+
+
+def read_results(path: Path) -> list[CheckResult]:
+    """A group's results file (one CheckResult per line, the suite's --fleetgate-results);
+    none when the suite wrote none."""
+    if not path.exists():
+        return []
+    return [CheckResult.model_validate_json(line)
+            for line in path.read_text().splitlines() if line.strip()]
 
 
 def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeReport:

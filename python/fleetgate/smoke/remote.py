@@ -1,18 +1,20 @@
-"""One group of the smoke suite on an execution node, as a job in ansible-runner's streaming
-protocol (runner/remote.py: transmit here, `ansible-runner worker` there, process here).
+"""The groups of the smoke suite one execution node measures, as one job in ansible-runner's
+streaming protocol (runner/remote.py: transmit here, `ansible-runner worker` there, process
+here).
 
 The job's project carries what the suite needs and a node does not have:
 - this controller's own fleetgate package, so the node runs exactly this suite and judge;
-- the class files of the group's hosts, which set their thresholds;
+- the class files of the hosts, which set their thresholds;
 - the smoke_probes role's probes, whose digest the suite expects to find on each host;
-- the group's inventory as the controller resolved it.
+- the hosts' inventory as the controller resolved it.
 
 The node's runner environment has the suite's Python dependencies (system/recipes.py
 SMOKE_RUNTIME, the lab's execution-node image). The play (playbooks/smoke-suite.yml) runs
-pytest there. pytest writes its results file into the job's artifact directory, which the
-worker streams back with the events. The hosts are measured from the node, next to them, and
-the controller only reads a stream. A node that is lost mid-job leaves its hosts' checks
-inconclusive, as any host that could not be measured.
+smoke/on_node.py there, which runs the groups' pytest processes and writes their results
+files into the job's artifact directory; the worker streams it back with the events. The
+hosts are measured from the node, next to them, and the controller only reads a stream. A
+node that is lost mid-job leaves its hosts' checks inconclusive, as any host that could not
+be measured.
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from fleetgate.errors import BadInput
 from fleetgate.runner import ansible
-from fleetgate.runner.inventory import EXEC_NODES_GROUP, Inventory
-from fleetgate.runner.remote import RemoteJob, RemoteNode, node_from_hostvars, static_inventory
+from fleetgate.runner.inventory import Inventory
+from fleetgate.runner.remote import RemoteJob, RemoteNode, static_inventory
 from fleetgate.site import SITE_FILE, content_root
-from fleetgate.smoke.model import CheckResult
+from fleetgate.smoke.model import CheckResult, read_results
 from fleetgate.smoke.probeset import role_probes_dir
 from fleetgate.smoke.thresholds import Check
 from fleetgate.spec.loader import resolve_class
@@ -113,28 +114,6 @@ def bundle(project: Path, inv: Inventory, groups: Sequence[Group], classes: Path
     (project / "spec.json").write_text(spec.model_dump_json())
 
 
-def deal(inv: Inventory, hosts: Sequence[str], names: Sequence[str]) -> dict[str, RemoteNode]:
-    """`hosts` in order, in near-equal contiguous parts, one per node in `names`; each node is
-    a member of the inventory group fleetgate_execution_nodes, with connection values that
-    pass the same checks as any host's, and measures none of its own kind."""
-    members = {h for h, groups in inv.groups_of().items() if EXEC_NODES_GROUP in groups}
-    nodes: list[RemoteNode] = []
-    for name in dict.fromkeys(names):
-        if name not in members:
-            raise BadInput(f"{name} is not in inventory group {EXEC_NODES_GROUP} (members: "
-                           f"{', '.join(sorted(members)[:5]) or 'none'})",
-                           source="--execution-node", field=name)
-        nodes.append(node_from_hostvars(name, inv.hostvars.get(name, {}), source=inv.label))
-    out: dict[str, RemoteNode] = {}
-    size, extra = divmod(len(hosts), len(nodes))
-    start = 0
-    for i, node in enumerate(nodes):
-        end = start + size + (1 if i < extra else 0)
-        out.update(dict.fromkeys(hosts[start:end], node))
-        start = end
-    return out
-
-
 def run_node(node: RemoteNode, owner: str, groups: Sequence[Group], inv: Inventory,
              run_dir: Path, classes: Path | None, checks: Sequence[str], probes_dir: str
              ) -> list[tuple[list[CheckResult], dict[str, Any]]]:
@@ -167,11 +146,5 @@ def run_node(node: RemoteNode, owner: str, groups: Sequence[Group], inv: Invento
         # The node's paths mean nothing here: the log is read from what came back.
         meta.update(execution_node=node.name, job=job.job, job_wall_s=wall,
                     log=str(back / f"{g.name}.log"), run_dir=str(result.run_dir))
-        results: list[CheckResult] = []
-        results_file = back / f"{g.name}.jsonl"
-        if results_file.exists():
-            for line in results_file.read_text().splitlines():
-                if line.strip():
-                    results.append(CheckResult.model_validate_json(line))
-        out.append((results, meta))
+        out.append((read_results(back / f"{g.name}.jsonl"), meta))
     return out

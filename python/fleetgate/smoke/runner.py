@@ -39,10 +39,10 @@ from fleetgate.runner.inventory import (
     validate_limit,
 )
 from fleetgate.runner.private_state import private_state_dir, private_umask
-from fleetgate.runner.remote import RemoteNode
+from fleetgate.runner.remote import RemoteNode, member_node
 from fleetgate.smoke import remote
 from fleetgate.smoke.judge import apply_relative, unmeasured
-from fleetgate.smoke.model import CheckResult, SmokeRun
+from fleetgate.smoke.model import CheckResult, SmokeRun, read_results
 from fleetgate.smoke.probeset import PROBES_DIR, host_budget_s
 from fleetgate.smoke.thresholds import CHECKS, Check, Plan, resolve
 from fleetgate.spec.loader import resolve_class
@@ -142,11 +142,7 @@ def run_group(name: str, hosts: list[str], inventory: Path, checks: list[Check],
             killed = True
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
-    results: list[CheckResult] = []
-    if results_file.exists():
-        for line in results_file.read_text().splitlines():
-            if line.strip():
-                results.append(CheckResult.model_validate_json(line))
+    results = read_results(results_file)
     meta = {"rc": rc, "killed": killed, "wall_s": round(time.monotonic() - started, 3),
             "log": str(log_file), "hosts": hosts, "budget_s": round(budget_s, 3)}
     return results, meta
@@ -219,7 +215,12 @@ def run_smoke(
     unclassed = [h for h, cls in selected.items() if cls is None]
     nodes = dict(nodes or {})
     if on_nodes:  # an unknown node is bad input before anything runs
-        nodes.update(remote.deal(inv, list(measured), on_nodes))
+        chosen = [member_node(inv, n, source="--execution-node", field=n)
+                  for n in dict.fromkeys(on_nodes)]
+        # The hosts in order, in near-equal contiguous parts, a part per node.
+        for node, part in zip(chosen, _groups(list(measured), len(chosen)) if measured else [],
+                              strict=False):
+            nodes.update(dict.fromkeys(part, node))
 
     stamp = started_at.strftime("%Y%m%dT%H%M%SZ")
     run_dir = (runs_base or private_state_dir() / "runs") / f"{stamp}-smoke-{uuid.uuid4().hex[:6]}"
