@@ -298,7 +298,11 @@ class Controller:
             todo = self._drain_stage(todo, k)
         if todo:
             measure.measure_before(self, todo, k)
-            before.record(self.j, self.rid, self.inventory, self.plan, todo, k, self.dir / "runs")
+            if self.plan.execution is not None:
+                # A node's run cannot wait on the worker here: read the hosts in a run of
+                # their own. A batch run here reads them in its own run (rollout/before.py).
+                before.record(self.j, self.rid, self.inventory, self.plan, todo, k,
+                              self.dir / "runs")
             self.j.set_hosts(self.rid, todo, "applying")
             todo = self._apply_stage(todo, k)
         if todo:
@@ -331,7 +335,8 @@ class Controller:
         if c.image_pin is not None:
             extra.update(image_change.reimage_vars(c.image_pin.model_dump()))
         res = self._stage("apply", hosts, k, c.run_playbook, extra,
-                          c.timeout_s, c.classes, c.secret_vars)
+                          c.timeout_s, c.classes, c.secret_vars,
+                          read_before=self.plan.execution is None)
         ok, failed = self._split(res, hosts, "apply")
         if failed:
             self._fail(list(failed), k, failed)
@@ -486,7 +491,7 @@ class Controller:
 
     def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
                extravars: dict[str, Any], timeout: int, classes: str | None = None,
-               secrets: dict[str, SecretRef] | None = None
+               secrets: dict[str, SecretRef] | None = None, *, read_before: bool = False
                ) -> dict[str, dict[str, Any]] | None:
         """Run one worker for `hosts` and wait for it; host -> outcome (None: no result).
         The artifact's paths are checked again here, as at planning: the site's tree may have
@@ -501,7 +506,8 @@ class Controller:
             "rollout_id": self.rid, "wave": k, "journal": str(self.j.path),
             "inventory": str(self.inventory), "playbook": str(playbook),
             "extravars": extravars, "timeout": timeout, "secret_vars": dict(secrets or {}),
-            "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {}}
+            "env": {"FLEETGATE_CLASSES_DIR": str(classes_dir)} if classes_dir else {},
+            "read_before": before.wanted(self.plan) if read_before else None}
         ex = self.plan.execution
         groups: dict[str | None, list[str]] = {None: hosts}
         if ex is not None:

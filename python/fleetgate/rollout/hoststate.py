@@ -1,4 +1,5 @@
-"""Ask hosts what they are actually running, and compare it with a plan's target."""
+"""Ask hosts what they are actually running (rollout/hostread.py), and compare it with a
+plan's target."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.image.manifest import manifest_digest
+from fleetgate.rollout import hostread
 from fleetgate.rollout.plan import Target
 from fleetgate.runner import ansible
 from fleetgate.site import content_root
@@ -16,12 +18,10 @@ PROBE_PLAYBOOK = "playbooks/rollout-probe.yml"
 def probe(inventory: Path, hosts: list[str], targets: list[Target], *,
           runs_base: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
     """Host -> its reported state, or None with a reason when it could not be asked."""
-    packages = sorted({p for t in targets for p in t.packages})
-    files = sorted({f for t in targets for f in t.files})
+    want = hostread.wanted(targets)
     r = ansible.run(inventory=inventory, playbook=content_root() / PROBE_PLAYBOOK,
                     limit=",".join(hosts), forks=max(1, len(hosts)), runs_base=runs_base,
-                    extravars={"fleetgate_probe_packages": packages,
-                               "fleetgate_probe_files": files}, timeout=300,
+                    extravars=hostread.extravars(want), timeout=300,
                     # Read-only and short: let it finish; the controller's own signal
                     # handlers stay in place and stop the rollout at its next safe point.
                     cancel=lambda: False)
@@ -29,13 +29,18 @@ def probe(inventory: Path, hosts: list[str], targets: list[Target], *,
     why: dict[str, str] = {}
     for h in hosts:
         hr = r.hosts.get(h)
-        found = [x["hoststate"] for x in (hr.results if hr else []) if "hoststate" in x]
-        if hr is None or hr.outcome in ("failed", "unreachable") or not found:
-            states[h] = None
-            why[h] = (f"{hr.outcome}: {hr.message}" if hr else
-                      f"no answer ({r.error or 'not in the run'})")
+        found = [st for x in (hr.results if hr else [])
+                 if (st := hostread.reading(x, want)) is not None]
+        states[h] = found[-1] if found and hr and hr.outcome not in ("failed",
+                                                                      "unreachable") else None
+        if states[h] is not None:
+            continue
+        if hr is None:
+            why[h] = f"no answer ({r.error or 'not in the run'})"
+        elif hr.outcome in ("failed", "unreachable"):
+            why[h] = f"{hr.outcome}: {hr.message}"
         else:
-            states[h] = found[-1]
+            why[h] = "not a whole reading (the host's shell printed something else)"
     return states, why
 
 

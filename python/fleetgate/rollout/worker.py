@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetgate.errors import FleetgateError, validation_error
 from fleetgate.inputs import read_input
+from fleetgate.rollout import before
+from fleetgate.rollout.hostread import Wanted
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import ansible, redact, remote, secret_vars
 from fleetgate.runner.ansible import HostOutcome
@@ -40,11 +42,13 @@ from fleetgate.runner.private_state import (
 )
 from fleetgate.runner.remote import RemoteJob, RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
+from fleetgate.site import content_root
 
 SPEC = "spec.json"
 PIDFILE = "worker.pid"
 RESULT = "result.json"
 REMOTE = "remote.json"  # the pointer to a batch's job on its execution node, nothing more
+BEFORE_RECORDED = "before-recorded"  # written once the run's `before` readings are journalled
 # Beyond the batch's own timeout (which the node's ansible-runner enforces): SSH, transmit,
 # and the artifacts coming back.
 REMOTE_SLACK_S = 300
@@ -72,6 +76,9 @@ class BatchSpec(BaseModel):
     execution_node: RemoteNode | None = None
     # The controller's lease: a worker attaches to a remote job only while it is current.
     lease_token: str = ""
+    # An apply batch run here: read each host before its change, in the same run
+    # (rollout/before.py InRun).
+    read_before: Wanted | None = None
 
 
 class HostRun(BaseModel):
@@ -182,7 +189,14 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
             "batch": spec.batch_id, "state": "reattached" if attach else "started",
             **remote.pointer(job)}, wave=spec.wave)
 
+    reading: before.InRun | None = None
+    if spec.read_before is not None and job is None:
+        reading = before.InRun(journal, spec.rollout_id, spec.wave, spec.limit.split(","),
+                               bdir / BEFORE_RECORDED, spec.read_before)
+
     def on_event(event: dict[str, Any]) -> None:
+        if reading is not None:
+            reading.on_event(event)
         c = _compact(event)
         if c is not None:
             journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **c},
@@ -193,10 +207,17 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
         secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
                                       section="plan")
         r = ansible.run(inventory=Path(spec.inventory), playbook=Path(spec.playbook),
-                        limit=spec.limit, extravars=spec.extravars, forks=spec.forks,
+                        limit=spec.limit, forks=spec.forks,
+                        extravars={**spec.extravars,
+                                   **(reading.extravars() if reading else {})},
                         runs_base=bdir / "runs", on_event=on_event, timeout=spec.timeout,
                         env=spec.env, secrets=secrets, on_remote=job,
-                        on_remote_started=job_started)
+                        on_remote_started=job_started,
+                        pre_playbooks=[content_root() / before.PLAYBOOK] if reading else [])
+        if reading is not None:
+            # A run that ended before its wait (no host answered, a parse error): what it
+            # read, and why not for the rest, is still the hosts' reading.
+            reading.flush(ended=r.error or f"ansible-runner status {r.status}")
         doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
                           hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
                                  for h, v in r.hosts.items()})
@@ -379,9 +400,10 @@ def result(bdir: Path) -> dict[str, Any] | None:
     return doc.model_dump() if doc is not None else None
 
 
-def wait(bdir: Path, *, poll_s: float = 0.5, spawned_pid: int | None = None,
+def wait(bdir: Path, *, poll_s: float = 0.05, spawned_pid: int | None = None,
          grace_s: float = 30.0) -> dict[str, Any] | None:
-    """Until the worker leaves its result, or is gone without one (None)."""
+    """Until the worker leaves its result, or is gone without one (None). A poll is a stat
+    and a waitpid: polled often, since every batch's end waits on it."""
     started = time.monotonic()
     while True:
         doc = result(bdir)

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,9 +118,11 @@ def run(
     secrets: Mapping[str, str] | None = None,
     on_remote: remote.RemoteJob | None = None,
     on_remote_started: Callable[[], None] = lambda: None,
+    pre_playbooks: Sequence[Path] = (),
 ) -> RunResult:
     """One ansible-runner run; `on_remote`: on that execution node (runner/remote.py), the
-    events folded here exactly as a local run's. `cancel` is polled to stop the run early;
+    events folded here exactly as a local run's. `pre_playbooks` run ahead of `playbook` in
+    the same ansible-playbook (_importing). `cancel` is polled to stop the run early;
     without it, ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's
     handlers are put back afterwards (ansible-runner installs its own and never restores
     them). `secrets`:
@@ -131,7 +133,7 @@ def run(
                     module_args=module_args, limit=limit, extravars=extravars, forks=forks,
                     runs_base=runs_base, on_event=on_event, timeout=timeout, env=env,
                     cancel=cancel, secrets=secrets or {}, on_remote=on_remote,
-                    on_remote_started=on_remote_started)
+                    on_remote_started=on_remote_started, pre_playbooks=pre_playbooks)
 
 
 def _run(
@@ -151,9 +153,12 @@ def _run(
     secrets: Mapping[str, str],
     on_remote: remote.RemoteJob | None = None,
     on_remote_started: Callable[[], None] = lambda: None,
+    pre_playbooks: Sequence[Path] = (),
 ) -> RunResult:
     if on_remote is not None and playbook is None:
         raise ValueError("an execution node runs playbooks only")
+    if pre_playbooks and (on_remote is not None or playbook is None):
+        raise ValueError("playbooks ahead of the playbook: a local playbook run only")
     if (playbook is None) == (module is None):
         raise ValueError("give exactly one of playbook or module")
     # Resolved once per command (and kept): a source Ansible cannot parse is one line of bad
@@ -211,6 +216,9 @@ def _run(
             kwargs.update(module=module, module_args=module_args, host_pattern="all")
         if cancel is not None:
             kwargs["cancel_callback"] = cancel
+        if pre_playbooks:
+            assert playbook is not None
+            kwargs["playbook"] = str(_importing(run_dir, [*pre_playbooks, playbook]))
         vars_file = run_dir / SECRET_VARS_FILE
         if secrets and on_remote is None:
             secret_vars.write_vars_file(vars_file, secrets)
@@ -265,6 +273,22 @@ def _run(
                    for h, v in hosts.items()}}, indent=2))
     return RunResult(status=str(r.status), rc=rc, run_dir=run_dir, hosts=hosts,
                      error=errors[-1] if errors else "")
+
+
+def _importing(run_dir: Path, playbooks: list[Path]) -> Path:
+    """One playbook that imports `playbooks` in order, in the run's dir. Ansible gives each
+    imported playbook its own directory as playbook_dir, with its group_vars, host_vars and
+    plugin dirs, as when it runs alone; ansible-playbook's own list of playbooks would not
+    fit ansible-runner, which puts its options between the list and the last playbook."""
+    paths = [str(p.resolve()) for p in playbooks]
+    for path in paths:
+        # import_playbook templates its path.
+        if any(c in path for c in "{}%"):
+            raise ValueError(f"{path}: a playbook path with {{, }} or % cannot be imported")
+    out = run_dir / "playbooks.yml"
+    out.write_text(json.dumps([{"name": f"Import {Path(p).name}",
+                                "ansible.builtin.import_playbook": p} for p in paths]))
+    return out
 
 
 def _redact_returned(run_dir: Path) -> None:

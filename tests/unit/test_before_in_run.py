@@ -1,0 +1,115 @@
+"""An apply batch run here reads its hosts before their change inside its own Ansible run
+(rollout/before.py InRun, playbooks/rollout-before.yml). The batch worker, ansible-runner,
+Ansible and the journal are real; the hosts are this machine over the local connection, and
+one that refuses SSH."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetgate.rollout import worker
+from fleetgate.rollout.hostread import Wanted
+from fleetgate.rollout.journal import Journal
+
+RID = "r1"
+
+
+@pytest.fixture
+def batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setenv("FLEETGATE_STATE_DIR", str(tmp_path / "state"))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {
+        "localhost": local,
+        # Nothing listens on port 1: the host never answers.
+        "gone": {"ansible_host": "127.0.0.1", "ansible_port": 1},
+    }}}))
+    play = tmp_path / "change.yml"
+    count = ("import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT count(*)"
+             " FROM events WHERE kind='hoststate'\").fetchone()[0])")
+    play.write_text(yaml.safe_dump([{"name": "Change", "hosts": "all", "gather_facts": False,
+                                     "tasks": [
+        # What the journal holds at the moment the change starts on the host.
+        {"name": "Count the readings", "changed_when": False, "register": "readings",
+         "ansible.builtin.command": {"argv": [sys.executable, "-c", count,
+                                              str(tmp_path / "journal.db")]}},
+        {"name": "Change the host", "ansible.builtin.copy": {
+            "content": "{{ readings.stdout }}\n",
+            "dest": f"{tmp_path}/{{{{ inventory_hostname }}}}.changed"}}]}]))
+    version = tmp_path / "version"
+    version.write_text("7\n")
+    j = Journal(tmp_path / "journal.db")
+    j.create_rollout(RID, "t", str(inv), {}, [["localhost", "gone"]])
+    return {"tmp": tmp_path, "journal": j, "version": version,
+            "spec": {"rollout_id": RID, "wave": 1, "journal": str(tmp_path / "journal.db"),
+                     "inventory": str(inv), "playbook": str(play), "limit": "localhost,gone",
+                     "forks": 2, "timeout": 120,
+                     "read_before": Wanted(files=[str(version)]).model_dump()}}
+
+
+def _run(b: dict[str, Any], bid: str) -> worker.BatchResult:
+    bdir = b["tmp"] / bid
+    bdir.mkdir()
+    spec = worker.BatchSpec.model_validate({**b["spec"], "batch_id": bid})
+    (bdir / worker.SPEC).write_text(spec.model_dump_json())
+    worker.run_batch(bdir)
+    res = worker.read_result(bdir)
+    assert res is not None
+    return res
+
+
+def test_the_readings_are_journalled_before_any_host_is_changed(batch: dict[str, Any]
+                                                                ) -> None:
+    res = _run(batch, "apply-1")
+    assert {h: v.outcome for h, v in res.hosts.items()} == {
+        "localhost": "changed", "gone": "unreachable"}, res
+    events = batch["journal"].events(RID)
+    readings = {e["host"]: e for e in events if e["kind"] == "hoststate"}
+    assert set(readings) == {"localhost", "gone"}
+    here = readings["localhost"]["data"]
+    assert here["label"] == "before" and here["why"] is None
+    assert here["state"]["kernel_release"] == os.uname().release
+    assert here["state"]["files"] == {str(batch["version"]): "7"}
+    gone = readings["gone"]["data"]
+    assert gone["state"] is None and gone["why"].startswith("unreachable: "), gone
+    # The order the journal holds: every reading, then the first change.
+    changes = [e["seq"] for e in events if e["kind"] == "ansible"
+               and e["data"].get("task") == "Change the host"
+               and e["data"]["event"] == "runner_on_ok"]
+    assert len(changes) == 1
+    assert max(r["seq"] for r in readings.values()) < min(changes)
+    assert (batch["tmp"] / "apply-1" / worker.BEFORE_RECORDED).exists()
+    # The run itself waited: when the change started, both readings were in the journal.
+    assert (batch["tmp"] / "localhost.changed").read_text() == "2\n"
+
+
+def test_a_host_applied_again_keeps_its_first_reading(batch: dict[str, Any]) -> None:
+    _run(batch, "apply-1")
+    batch["version"].write_text("8\n")
+    res = _run(batch, "apply-2")
+    assert res.hosts["localhost"].outcome == "ok"  # the change was already there
+    readings = [e for e in batch["journal"].events(RID) if e["kind"] == "hoststate"]
+    assert sorted(e["host"] for e in readings) == ["gone", "localhost"]
+    assert {e["data"]["state"]["files"][str(batch["version"])]
+            for e in readings if e["data"]["state"]} == {"7"}
+
+
+def test_a_run_that_never_reaches_its_wait_still_journals_why(batch: dict[str, Any]) -> None:
+    bad = batch["tmp"] / "broken.yml"
+    bad.write_text("- hosts: all\n  tasks: [{name: x, no_such_module_anywhere: {}}]\n")
+    batch["spec"]["playbook"] = str(bad)
+    res = _run(batch, "apply-1")
+    assert res.rc != 0 and not any(v.outcome in ("ok", "changed") for v in res.hosts.values())
+    readings = {e["host"]: e["data"] for e in batch["journal"].events(RID)
+                if e["kind"] == "hoststate"}
+    # The change's playbook did not parse, so the run read nothing; each host says why.
+    assert set(readings) == {"localhost", "gone"}
+    assert all(d["state"] is None and d["why"].startswith("no answer (") for d in readings.values())
+    assert not (batch["tmp"] / "apply-1" / worker.BEFORE_RECORDED).exists()
+    assert not list(batch["tmp"].glob("*.changed"))
