@@ -32,6 +32,7 @@ Figures (issue 17 item 6), 2-core shared machine:
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sqlite3
@@ -40,30 +41,79 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from timing import timed_run
+
+from fleetgate.rollout import hostread
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FLEETGATE = str(BIN / "fleetgate")
 LAYOUT = [1, 3, 16]
+READ_PLAY = "Read host state before the change"  # playbooks/rollout-before.yml
+
+
+def read_and_change(root: Path) -> Path:
+    """The no-op change with each host's `before` reading ahead of it, in one play with the
+    same `serial`: what fleetgate has the hosts do, run by plain ansible-playbook. It is the
+    floor for any controller that reads every host before its change."""
+    path = root / "read-and-change.yml"
+    path.write_text(yaml.safe_dump([{
+        "name": "Read, then the no-op change", "hosts": "all", "gather_facts": False,
+        "serial": "{{ noop_serial }}",
+        "tasks": [{"name": "Read the host", "ansible.builtin.raw":
+                   "{{ fleetgate_hostread_command }}", "args": {"executable": "/bin/sh"},
+                   "changed_when": False},
+                  {"name": "Reach the host and run a module on it",
+                   "ansible.builtin.ping": {}}]}], sort_keys=False))
+    return path
+
+
+def _run_marks(bdir: Path) -> dict[str, float]:
+    """When the batch's own Ansible run started, reached the change's play, and ended, from
+    its events (ansible-runner's `created` stamps)."""
+    marks: dict[str, float] = {}
+    for path in bdir.glob("runs/*/events.jsonl"):
+        for line in path.read_text().splitlines():
+            e = json.loads(line)
+            t = dt.datetime.fromisoformat(e["created"]).timestamp() if e.get("created") else None
+            if t is None:
+                continue
+            name, play = e.get("event"), (e.get("event_data") or {}).get("play")
+            if name == "playbook_on_start":
+                marks.setdefault("start", t)
+            elif name == "playbook_on_play_start" and play != READ_PLAY:
+                marks.setdefault("change", t)
+            elif name == "playbook_on_stats":
+                marks["stats"] = t
+    return marks
 
 
 def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
-    """Where one rollout's wall seconds went, from the journal's own timestamps: the CLI up to
-    the journal's first row (imports, ansible-inventory, the plan artifact); per batch, the
-    `before` probe (batch chosen -> batch row), the worker's spawn and exit around its Ansible
-    run (batch row -> done, less the worker's wall_s), the Ansible run itself (wall_s); the
-    rest (the controller's finish, the CLI's exit)."""
+    """Where one rollout's wall seconds went, from the journal's own timestamps and each
+    batch's Ansible events:
+    - start_s: the CLI up to the journal's first row (imports, inventory, the plan artifact);
+    - before_probe_s: a batch chosen -> its batch row (where the `before` reading ran in a
+      run of its own, as it still does for batches on execution nodes);
+    - ansible_start_s: the batch row -> its ansible-playbook's first event (the worker taking
+      the batch, ansible-runner and ansible-playbook starting);
+    - reading_s: the batch's run from its start to the change's play (the `before` reading
+      inside the run and the wait on the journal);
+    - change_s: the change's play to the run's recap;
+    - ansible_exit_s: the recap -> the batch's done row (Ansible and the worker exiting, the
+      controller noticing);
+    - finish_s: the last row -> the CLI's exit."""
     con = sqlite3.connect(db)
     try:
         rows = con.execute("SELECT kind, ts, data FROM events WHERE rollout_id=? AND kind IN "
                            "('rollout', 'batch') ORDER BY seq", (rid,)).fetchall()
     finally:
         con.close()
-    out = {"start_s": rows[0][1] - t0, "before_probe_s": 0.0, "worker_start_exit_s": 0.0,
-           "ansible_run_s": 0.0}
+    out = dict.fromkeys(("before_probe_s", "ansible_start_s", "reading_s", "change_s",
+                         "ansible_exit_s"), 0.0)
+    out["start_s"] = rows[0][1] - t0
     chosen = started = rows[0][1]
     for kind, ts, text in rows:
         data = json.loads(text)
@@ -73,9 +123,12 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
             started = ts
             out["before_probe_s"] += ts - chosen
         elif kind == "batch" and data.get("state") == "done":
-            wall = float(data.get("wall_s") or 0.0)
-            out["ansible_run_s"] += wall
-            out["worker_start_exit_s"] += ts - started - wall
+            m = _run_marks(Path(data["dir"]))
+            change = m.get("change", m["start"])
+            out["ansible_start_s"] += m["start"] - started
+            out["reading_s"] += change - m["start"]
+            out["change_s"] += m["stats"] - change
+            out["ansible_exit_s"] += ts - m["stats"]
     out["finish_s"] = t1 - rows[-1][1]
     return {k: round(v, 2) for k, v in out.items()}
 
@@ -83,11 +136,17 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="another fleetgate checkout (same venv) to run side by side, e.g. "
+                         "a `git worktree` of the commit before a change")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "FLEETGATE_STATE_DIR": str(root),
                "FLEETGATE_LAB_DIR": str(root / "lab"), "PATH": f"{BIN}:{os.environ['PATH']}"}
+        base_env = ({**env, "FLEETGATE_HOME": str(args.baseline_tree.resolve()),
+                     "PYTHONPATH": str(args.baseline_tree.resolve() / "python")}
+                    if args.baseline_tree else None)
         n = sum(LAYOUT)
         timed_run([FLEETGATE, "lab", "up", "--containers", str(n)], env)
         inventory = root / "lab" / "inventory.yml"
@@ -103,27 +162,36 @@ def main() -> None:
             ansible_env = {**env, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                            "ANSIBLE_FORKS": str(n), "ANSIBLE_PIPELINING": "True",
                            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(root / "cp")}
-            serial = json.dumps({"noop_serial": LAYOUT})
-            pb = [str(BIN / "ansible-playbook"), "-i", str(inventory), "-e", serial,
-                  str(REPO / "examples/rollout/noop.yml")]
+            serial = json.dumps({"noop_serial": LAYOUT,
+                                 **hostread.extravars(hostread.Wanted())})
+            play = [str(BIN / "ansible-playbook"), "-i", str(inventory), "-e", serial]
+            pb = [*play, str(REPO / "examples/rollout/noop.yml")]
+            pb_read = [*play, str(read_and_change(root))]
             timed_run(pb, ansible_env)  # warm: host keys, control sockets, page cache
             rows = []
             for i in range(args.runs):
-                a = timed_run(pb, ansible_env)
+                row: dict[str, Any] = {"ansible_playbook_s": round(timed_run(pb, ansible_env),
+                                                                   2)}
+                row["ansible_read_s"] = round(timed_run(pb_read, ansible_env), 2)
+                if base_env is not None:
+                    b = timed_run([FLEETGATE, "rollout", "start", str(plan), "--id",
+                                   f"base-{i}"], base_env)
+                    row.update(baseline_s=round(b, 2),
+                               baseline_ratio=round(b / row["ansible_playbook_s"], 3))
                 t0 = time.time()
-                f = timed_run([FLEETGATE, "rollout", "start", str(plan), "--id", f"noop-{i}"], env)
-                rows.append({"ansible_playbook_s": round(a, 2), "fleetgate_s": round(f, 2),
-                             "ratio": round(f / a, 3),
-                             "phases": phases(root / "rollouts" / "journal.db", f"noop-{i}",
-                                              t0, time.time())})
-                print(json.dumps(rows[-1]), flush=True)
+                f = timed_run([FLEETGATE, "rollout", "start", str(plan), "--id", f"noop-{i}"],
+                              env)
+                row.update(fleetgate_s=round(f, 2), ratio=round(f / row["ansible_playbook_s"], 3),
+                           ratio_to_read=round(f / row["ansible_read_s"], 3),
+                           phases=phases(root / "rollouts" / "journal.db", f"noop-{i}", t0,
+                                         time.time()))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
         finally:
             timed_run([FLEETGATE, "lab", "down"], env)
+    medians = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "phases"}
     print(json.dumps({"hosts": n, "layout": LAYOUT, "runs": rows,
-                      "median_ratio": statistics.median(r["ratio"] for r in rows),
-                      "median_ansible_playbook_s": statistics.median(
-                          r["ansible_playbook_s"] for r in rows),
-                      "median_fleetgate_s": statistics.median(r["fleetgate_s"] for r in rows),
+                      **{f"median_{k}": v for k, v in medians.items()},
                       "median_phases_s": {k: statistics.median(r["phases"][k] for r in rows)
                                           for k in rows[0]["phases"]}},
                      indent=2))
