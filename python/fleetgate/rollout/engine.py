@@ -290,6 +290,13 @@ class Controller:
 
     # ------------------------------------------------------------------- one batch of hosts
 
+    @property
+    def _reads_in_batch(self) -> bool:
+        """Each host's `before` reading is taken inside its apply batch's own run, which
+        waits on the batch's worker here; a run on an execution node cannot, so its hosts are
+        read in a run of their own first (rollout/before.py)."""
+        return self.plan.execution is None
+
     def _pipeline(self, hosts: list[str], k: int) -> None:
         """pending -> (draining) -> applying -> verifying -> healthy | failure handling."""
         todo = [h for h in hosts if self.row(h).state == "pending"]
@@ -298,9 +305,7 @@ class Controller:
             todo = self._drain_stage(todo, k)
         if todo:
             measure.measure_before(self, todo, k)
-            if self.plan.execution is not None:
-                # A node's run cannot wait on the worker here: read the hosts in a run of
-                # their own. A batch run here reads them in its own run (rollout/before.py).
+            if not self._reads_in_batch:
                 before.record(self.j, self.rid, self.inventory, self.plan, todo, k,
                               self.dir / "runs")
             self.j.set_hosts(self.rid, todo, "applying")
@@ -336,7 +341,7 @@ class Controller:
             extra.update(image_change.reimage_vars(c.image_pin.model_dump()))
         res = self._stage("apply", hosts, k, c.run_playbook, extra,
                           c.timeout_s, c.classes, c.secret_vars,
-                          read_before=self.plan.execution is None)
+                          read_before=self._reads_in_batch)
         ok, failed = self._split(res, hosts, "apply")
         if failed:
             self._fail(list(failed), k, failed)
