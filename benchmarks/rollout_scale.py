@@ -65,7 +65,7 @@ def stub_resolution(doc: dict[str, Any], paths: tuple[Path, ...], limit: str | N
 
 def one_size(n: int, inventory_upto: int) -> dict[str, Any]:
     from fleetgate.rollout import artifact as artifacts
-    from fleetgate.rollout import engine, hoststate, waves
+    from fleetgate.rollout import before, engine, hoststate, waves
     from fleetgate.rollout.journal import Journal
     from fleetgate.rollout.status import summary
     from fleetgate.smoke.model import CheckResult, SmokeRun
@@ -75,10 +75,14 @@ def one_size(n: int, inventory_upto: int) -> dict[str, Any]:
 
         def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
                    extravars: dict[str, Any], timeout: int, classes: str | None = None,
-                   secrets: Any = None) -> dict[str, dict[str, Any]] | None:
+                   secrets: Any = None, *, read_before: bool = False
+                   ) -> dict[str, dict[str, Any]] | None:
             bid = f"{kind}-{uuid.uuid4().hex[:8]}"
             self.j.start_batch(bid, self.rid, k, kind, hosts, self.dir)
             self.j.batch_spawned(bid, self.rid, os.getpid())
+            if read_before:  # what a real batch's worker journals from its run's reading
+                before.journal(self.j, self.rid, dict.fromkeys(hosts, ({"kernel": "stub"},
+                                                                       None)), k)
             doc = {"rc": 0, "hosts": {h: {"outcome": "changed", "task": "", "message": ""}
                                       for h in hosts}}
             self._close_batch(bid, k, self.dir, doc)
