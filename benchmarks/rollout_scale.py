@@ -73,6 +73,8 @@ def one_size(n: int, inventory_upto: int) -> dict[str, Any]:
     class StubController(engine.Controller):
         """EXECUTOR STUB (benchmark only): batches and smoke runs answer instantly."""
 
+        PREWARM = False
+
         def _stage(self, kind: str, hosts: list[str], k: int, playbook_rel: str,
                    extravars: dict[str, Any], timeout: int, classes: str | None = None,
                    secrets: Any = None, *, read_before: bool = False

@@ -85,6 +85,9 @@ def rollout_dir(rid: str) -> Path:
 
 
 class Controller:
+    # A controller whose batches run no worker (an executor stub) starts none ahead.
+    PREWARM = True
+
     def __init__(self, journal: Journal, rid: str, *, lease_ttl_s: float = 30.0,
                  log: Callable[[str], None] | None = None):
         row = journal.rollout(rid)
@@ -112,7 +115,7 @@ class Controller:
         self.reference = measure.Reference()  # what this wave's canaries are judged against
         self.before: dict[str, list[CheckResult]] = {}  # self-mode canary: host -> before
         self.log = log or (lambda _msg: None)
-        # From the first batch on, the next batch's worker is started ahead (worker.py).
+        # Each batch's worker is started ahead of it (worker.py).
         self.warm = worker.WarmWorkers(self.dir / "warm")
 
     # ------------------------------------------------------------------------ entry points
@@ -138,6 +141,8 @@ class Controller:
             self.j.own(self.rid, self.tally)
             if resume:
                 self.reconcile()
+            if self.PREWARM:
+                self.warm.start()  # the first batch's worker too (its imports take ~0.5 s)
             state, reason, resumable = self._drive()
             self._finish(state, reason, resumable)
             return state
