@@ -6,6 +6,7 @@ one that refuses SSH."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,28 @@ def test_a_run_that_never_reaches_its_wait_still_journals_why(batch: dict[str, A
     assert all(d["state"] is None and d["why"].startswith("no answer (") for d in readings.values())
     assert not (batch["tmp"] / "apply-1" / worker.BEFORE_RECORDED).exists()
     assert not list(batch["tmp"].glob("*.changed"))
+
+
+def test_a_slow_host_keeps_its_reason_under_the_free_strategy(
+        batch: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site's ansible.cfg may make `free` the default strategy. The fast host must not
+    reach the wait first and have the readings journalled without the slow one's: the slow
+    host's reading is its own real reason, not a lost "no answer"."""
+    # A listener that never accepts: the kernel completes the TCP handshake and ssh then
+    # waits for a banner that never comes, until its 3 s timeout.
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as stall:
+        inv = yaml.safe_load(Path(batch["spec"]["inventory"]).read_text())
+        inv["all"]["hosts"]["gone"] = {"ansible_host": "127.0.0.1",
+                                       "ansible_port": stall.getsockname()[1],
+                                       "ansible_ssh_timeout": 3}
+        Path(batch["spec"]["inventory"]).write_text(yaml.safe_dump(inv))
+        monkeypatch.setenv("ANSIBLE_STRATEGY", "free")
+        res = _run(batch, "apply-1")
+    assert {h: v.outcome for h, v in res.hosts.items()} == {
+        "localhost": "changed", "gone": "unreachable"}, res
+    readings = {e["host"]: e["data"] for e in batch["journal"].events(RID)
+                if e["kind"] == "hoststate"}
+    assert readings["localhost"]["state"] is not None
+    gone = readings["gone"]
+    assert gone["state"] is None and gone["why"].startswith("unreachable: "), gone
+    assert "no answer" not in gone["why"], gone
