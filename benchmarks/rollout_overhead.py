@@ -98,9 +98,10 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
     - before_probe_s: a batch chosen -> its batch row (where the `before` reading ran in a
       run of its own, as it still does for batches on execution nodes);
     - ansible_start_s: the batch row -> its ansible-playbook's first event (the worker taking
-      the batch, ansible-runner and ansible-playbook starting);
-    - reading_s: the batch's run from its start to the change's play (the `before` reading
-      inside the run and the wait on the journal);
+      the batch, ansible-runner and ansible-playbook starting); 0 for a batch whose run was
+      started ahead of its turn and held (rollout/ahead.py), counted in `ahead`;
+    - reading_s: the batch's run from its start, or its row for a run started ahead, to the
+      change's play (the release, the `before` reading and the wait on the journal);
     - change_s: the change's play to the run's recap;
     - ansible_exit_s: the recap -> the batch's done row (Ansible and the worker exiting, the
       controller noticing);
@@ -112,7 +113,7 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
     finally:
         con.close()
     out = dict.fromkeys(("before_probe_s", "ansible_start_s", "reading_s", "change_s",
-                         "ansible_exit_s"), 0.0)
+                         "ansible_exit_s", "ahead"), 0.0)
     out["start_s"] = rows[0][1] - t0
     chosen = started = rows[0][1]
     for kind, ts, text in rows:
@@ -125,8 +126,9 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
         elif kind == "batch" and data.get("state") == "done":
             m = _run_marks(Path(data["dir"]))
             change = m.get("change", m["start"])
-            out["ansible_start_s"] += m["start"] - started
-            out["reading_s"] += change - m["start"]
+            out["ansible_start_s"] += max(0.0, m["start"] - started)
+            out["reading_s"] += change - max(m["start"], started)
+            out["ahead"] += m["start"] < started
             out["change_s"] += m["stats"] - change
             out["ansible_exit_s"] += ts - m["stats"]
     out["finish_s"] = t1 - rows[-1][1]

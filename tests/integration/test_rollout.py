@@ -203,6 +203,11 @@ def test_happy_path_in_three_waves_in_order(lab: Lab, monkeypatch: pytest.Monkey
     applied = [sorted(e["data"]["hosts"]) for e in json.loads(batches.stdout)
                if e["data"]["state"] == "started" and e["data"]["batch"].startswith("apply-")]
     assert applied == [CANARY, WAVE1, WAVE2]  # one ansible-runner run per wave here
+    # Each wave's run after the canary's was started while the wave before it ran, and held
+    # until its turn (rollout/ahead.py).
+    ahead = [e["data"].get("ahead", False) for e in json.loads(batches.stdout)
+             if e["data"]["state"] == "spawned" and e["data"]["batch"].startswith("apply-")]
+    assert ahead == [False, True, True], ahead
     # State is private (`find STATE -perm /077` finds nothing; the lab's own dir is shared
     # with podman on purpose, and the plan files are this test's, written beside the state)
     # and the secret is nowhere in it, nor in the reports.
@@ -232,6 +237,12 @@ def test_unsatisfiable_pin_on_canary_halts_and_leaves_later_waves_untouched(lab:
     batches = lab.rollout("history", "badpin-1", "--json", "--kind", "batch", check=True)
     touched = {h for e in json.loads(batches.stdout) for h in e["data"].get("hosts") or []}
     assert touched == {"lab-c01"}
+    # The wave-2 run started ahead of its turn was cancelled at the halt, never released,
+    # and its dir is gone: the rollout's batch dirs are the journal's batches.
+    journalled = {e["data"]["batch"] for e in json.loads(batches.stdout)
+                  if e["data"]["state"] == "started"}
+    kept = Path(lab.env["FLEETGATE_STATE_DIR"]) / "rollouts" / "badpin-1" / "batches"
+    assert {d.name for d in kept.iterdir()} == journalled
 
 
 @pytest.mark.parametrize(("budget", "want"), [(1, "completed"), (0, "halted")])

@@ -5,16 +5,19 @@ one that refuses SSH."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from fleetgate.rollout import worker
+from fleetgate.rollout import ahead, before, worker
 from fleetgate.rollout.hostread import Wanted
 from fleetgate.rollout.journal import Journal
 
@@ -139,3 +142,123 @@ def test_a_slow_host_keeps_its_reason_under_the_free_strategy(
     gone = readings["gone"]
     assert gone["state"] is None and gone["why"].startswith("unreachable: "), gone
     assert "no answer" not in gone["why"], gone
+
+
+# A run started ahead of its turn and held until its controller releases it (rollout/ahead.py):
+# the worker is a real subprocess here, as the controller spawns it.
+RELEASE_TASK = "Wait for the controller's release of this batch"
+
+
+def _owner(pid: int) -> dict[str, Any]:
+    return {"pid": pid, "start": worker.proc_start(pid)}
+
+
+def _spawn_held(b: dict[str, Any], bid: str, owner: dict[str, Any]) -> tuple[Path, int]:
+    bdir = b["tmp"] / bid
+    bdir.mkdir()
+    return bdir, worker.spawn(bdir, {**b["spec"], "batch_id": bid, "owner": owner})
+
+
+def _events(bdir: Path) -> list[dict[str, Any]]:
+    """The run's events so far: ansible-runner writes each to job_events/ as it comes (the
+    run's events.jsonl is written through a buffer)."""
+    out = []
+    for p in bdir.glob("runs/*/artifacts/*/job_events/*.json"):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # being written
+    return out
+
+
+def _until_held(bdir: Path, pid: int) -> None:
+    """Until the run waits at its release; then a while longer, to see it stays there."""
+    deadline = time.monotonic() + 60
+    while not any(e.get("event") == "playbook_on_task_start"
+                  and (e.get("event_data") or {}).get("task") == RELEASE_TASK
+                  for e in _events(bdir)):
+        assert time.monotonic() < deadline, (bdir / "worker.log").read_text()
+        assert worker.worker_alive(bdir) or not (bdir / worker.PIDFILE).exists(), pid
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
+def _touched_nothing(b: dict[str, Any], bdir: Path) -> None:
+    assert not [e for e in _events(bdir) if str(e.get("event")).startswith("runner_on_")
+                and (e.get("event_data") or {}).get("task") != RELEASE_TASK]
+    assert [e["kind"] for e in b["journal"].events(RID)] == ["rollout"]  # its creation only
+    assert not list(b["tmp"].glob("*.changed"))
+
+
+def test_a_run_held_ahead_touches_no_host_and_journals_nothing_until_released(
+        batch: dict[str, Any]) -> None:
+    bdir, pid = _spawn_held(batch, "apply-held", _owner(os.getpid()))
+    _until_held(bdir, pid)
+    _touched_nothing(batch, bdir)
+    assert not (bdir / worker.RESULT).exists()
+    assert ahead.claim(bdir, ahead.GO) == ahead.GO
+    doc = worker.wait(bdir, spawned_pid=pid)
+    assert doc is not None, (bdir / "worker.log").read_text()
+    assert {h: v["outcome"] for h, v in doc["hosts"].items()} == {
+        "localhost": "changed", "gone": "unreachable"}, doc
+    events = batch["journal"].events(RID)
+    # What the run did while held is journalled too, once released, and in its order.
+    tasks = [e["data"]["task"] for e in events if e["kind"] == "ansible"
+             and e["data"]["event"] == "playbook_on_task_start"]
+    assert tasks[:3] == [RELEASE_TASK, "Read kernel, manifest, package versions and version "
+                         "files", before.RECORDED_TASK], tasks
+    assert {e["host"] for e in events if e["kind"] == "hoststate"} == {"localhost", "gone"}
+    assert (batch["tmp"] / "localhost.changed").read_text() == "2\n"
+
+
+def test_a_cancelled_run_ends_having_touched_no_host(batch: dict[str, Any]) -> None:
+    bdir, pid = _spawn_held(batch, "apply-held", _owner(os.getpid()))
+    _until_held(bdir, pid)
+    assert ahead.claim(bdir, ahead.CANCEL) == ahead.CANCEL
+    assert worker.wait(bdir, spawned_pid=pid) is None  # no result: it was never a batch
+    _touched_nothing(batch, bdir)
+    assert ahead.claim(bdir, ahead.GO) == ahead.CANCEL  # a release after that is refused
+    assert not worker.may_have_run(bdir)
+
+
+def test_a_held_run_whose_controller_dies_ends_having_touched_no_host(
+        batch: dict[str, Any]) -> None:
+    controller = subprocess.Popen(["sleep", "120"])
+    try:
+        bdir, pid = _spawn_held(batch, "apply-held", _owner(controller.pid))
+        _until_held(bdir, pid)
+    finally:
+        controller.kill()
+        controller.wait()
+    assert worker.wait(bdir, spawned_pid=pid) is None
+    _touched_nothing(batch, bdir)
+    assert ahead.said(bdir) == ahead.ENDED  # its own last word: never released
+    assert not worker.may_have_run(bdir)
+
+
+def test_the_held_run_is_handed_over_only_for_exactly_its_batch(tmp_path: Path) -> None:
+    """A guess that turned out wrong costs a cancel, never a different change."""
+    spec = {"limit": "a,b", "wave": 2}
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        for want, taken in [((["a", "b"], 2, spec, ("k",)), True),
+                            ((["a"], 2, spec, ("k",)), False),
+                            ((["a", "b"], 3, spec, ("k",)), False),
+                            ((["a", "b"], 2, {**spec, "limit": "a"}, ("k",)), False),
+                            ((["a", "b"], 2, spec, ("inventory edited",)), False),
+                            ((["a", "b"], 2, spec, None), False)]:
+            bdir = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
+            bdir.mkdir()
+            a = ahead.Ahead()
+            a.hold(ahead.Held("apply-x", bdir, live.pid, ["a", "b"], 2, spec, ("k",)))
+            got = a.take(*want)
+            assert (got is not None) == taken, want
+            assert ahead.said(bdir) == (None if taken else ahead.CANCEL), want
+        # A held run that ended by itself (its own word) is not handed over either.
+        a.hold(ahead.Held("apply-y", bdir, live.pid, ["a", "b"], 2, spec, ("k",)))
+        (bdir / ahead.RELEASE).unlink(missing_ok=True)
+        ahead.claim(bdir, ahead.ENDED)
+        assert a.take(["a", "b"], 2, spec, ("k",)) is None
+    finally:
+        live.kill()
+        live.wait()

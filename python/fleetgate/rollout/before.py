@@ -29,6 +29,7 @@ PLAYBOOK = "playbooks/rollout-before.yml"
 # Names in rollout-before.yml that the worker recognises the play's events by.
 PLAY = "Read host state before the change"
 AWAIT_ACTION = "fleetgate_await_file"
+RECORDED_TASK = "Wait until the batch worker has journalled the readings"
 MARKER_VAR = "fleetgate_before_recorded"
 
 Reading = tuple[dict[str, Any] | None, str | None]
@@ -79,15 +80,16 @@ class InRun:
     that lets the run go on to the change."""
 
     def __init__(self, j: Journal, rid: str, wave: int, hosts: list[str], marker: Path,
-                 want: Wanted):
+                 want: Wanted, release: dict[str, Any] | None = None):
         self.j, self.rid, self.wave, self.hosts, self.marker = j, rid, wave, hosts, marker
         self.want = want
+        self.release = release or {}  # the release wait's vars (rollout/ahead.py)
         self.states: dict[str, dict[str, Any]] = {}
         self.why: dict[str, str] = {}
         self.done = False
 
     def extravars(self) -> dict[str, Any]:
-        return {**hostread.extravars(self.want), MARKER_VAR: str(self.marker)}
+        return {**hostread.extravars(self.want), MARKER_VAR: str(self.marker), **self.release}
 
     def on_event(self, event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
@@ -95,7 +97,8 @@ class InRun:
             return
         name = str(event.get("event", ""))
         action = str(data.get("task_action", ""))
-        if name == "playbook_on_task_start" and action.endswith(AWAIT_ACTION):
+        if (name == "playbook_on_task_start" and action.endswith(AWAIT_ACTION)
+                and data.get("task") == RECORDED_TASK):
             self.flush()
             return
         host = data.get("host")

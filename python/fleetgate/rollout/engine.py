@@ -9,6 +9,8 @@ to wait for, or a host whose real state `resume` reads back before deciding anyt
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
 import signal
 import time
 import uuid
@@ -19,6 +21,7 @@ from typing import Any
 
 from fleetgate.errors import FleetgateError
 from fleetgate.rollout import (
+    ahead,
     before,
     budgets,
     canary_gate,
@@ -34,6 +37,7 @@ from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
 from fleetgate.rollout.plan import RolloutPlan, Target, classes_path, drain_of, playbook_path
 from fleetgate.rollout.waves import Assignment, Host
+from fleetgate.runner import inventory as inventory_sources
 from fleetgate.runner import secret_vars
 from fleetgate.runner.ansible import SECRET_VARS_FILE
 from fleetgate.runner.private_state import private_dirs, private_state_dir, private_umask
@@ -115,8 +119,11 @@ class Controller:
         self.reference = measure.Reference()  # what this wave's canaries are judged against
         self.before: dict[str, list[CheckResult]] = {}  # self-mode canary: host -> before
         self.log = log or (lambda _msg: None)
-        # Each batch's worker is started ahead of it (worker.py).
+        # Each batch's worker is started ahead of it (worker.py), and the next apply batch's
+        # whole run, held until its turn (ahead.py).
         self.warm = worker.WarmWorkers(self.dir / "warm")
+        self.ahead = ahead.Ahead()
+        self.owner = {"pid": os.getpid(), "start": worker.proc_start(os.getpid())}
 
     # ------------------------------------------------------------------------ entry points
 
@@ -139,6 +146,7 @@ class Controller:
             # The lease makes this process the rollout's only writer: its host rows are read
             # from memory from here on (Journal.own), not from the database on every batch.
             self.j.own(self.rid, self.tally)
+            self._tidy_held()
             if resume:
                 self.reconcile()
             if self.PREWARM:
@@ -149,9 +157,19 @@ class Controller:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.ahead.close()
             self.warm.close()
             self.j.disown(self.rid)
             self.lease.release()
+
+    def _tidy_held(self) -> None:
+        """The dirs of runs an earlier controller held ahead and never released: in no
+        journal, and over once their worker had its last word (ahead.py)."""
+        known = {r[0] for r in self.j.query("SELECT id FROM batches WHERE rollout_id=?",
+                                            (self.rid,))}
+        for d in (self.dir / "batches").glob("apply-*"):
+            if d.name not in known and ahead.said(d) in (ahead.ENDED, ahead.CANCEL):
+                shutil.rmtree(d, ignore_errors=True)
 
     def _finish(self, state: str, reason: str, resumable: bool) -> None:
         if state in ("halted", "aborted") and not resumable:
@@ -522,8 +540,14 @@ class Controller:
         groups: dict[str | None, list[str]] = {None: hosts}
         if ex is not None:
             groups = {n: g for n, g in execution_nodes.by_node(ex, self.a.hosts, hosts).items()}
-        running = [(group, *self._spawn_batch(kind, group, k, spec, node))
-                   for node, group in groups.items()]
+        if read_before and ex is None:
+            # A run here that reads its hosts first waits for its release (ahead.py).
+            spec["owner"] = self.owner
+            running = [(hosts, *self._start_apply(hosts, k, spec))]
+            self._hold_next(k, spec)
+        else:
+            running = [(group, *self._spawn_batch(kind, group, k, spec, node))
+                       for node, group in groups.items()]
         merged: dict[str, dict[str, Any]] | None = None
         for group, bid, bdir, pid in running:
             doc = worker.wait(bdir, spawned_pid=pid)
@@ -534,18 +558,63 @@ class Controller:
                 merged = {**(merged or {}), **out}
         return merged
 
-    def _spawn_batch(self, kind: str, hosts: list[str], k: int, spec: dict[str, Any],
-                     node: str | None) -> tuple[str, Path, int]:
+    def _batch_spec(self, hosts: list[str], k: int, spec: dict[str, Any],
+                    node: str | None) -> dict[str, Any]:
         remote = (execution_nodes.remote_node(self.inventory, node).model_dump()
                   if node is not None else None)
+        return {**spec, "wave": k, "limit": ",".join(hosts), "forks": len(hosts),
+                "execution_node": remote, "lease_token": self.lease.token}
+
+    def _new_batch_dir(self, kind: str) -> tuple[str, Path]:
         bid = f"{kind}-{uuid.uuid4().hex[:8]}"
-        bdir = private_dirs(self.dir / "batches" / bid)
+        return bid, private_dirs(self.dir / "batches" / bid)
+
+    def _spawn_batch(self, kind: str, hosts: list[str], k: int, spec: dict[str, Any],
+                     node: str | None) -> tuple[str, Path, int]:
+        full = self._batch_spec(hosts, k, spec, node)
+        bid, bdir = self._new_batch_dir(kind)
         self.j.start_batch(bid, self.rid, k, kind, hosts, bdir, node=node)
-        pid = worker.spawn(bdir, {
-            **spec, "batch_id": bid, "limit": ",".join(hosts), "forks": len(hosts),
-            "execution_node": remote, "lease_token": self.lease.token}, warm=self.warm)
+        if full.get("owner"):
+            ahead.claim(bdir, ahead.GO)  # its turn already: released before it starts
+        pid = worker.spawn(bdir, {**full, "batch_id": bid}, warm=self.warm)
         self.j.batch_spawned(bid, self.rid, pid)
         return bid, bdir, pid
+
+    def _start_apply(self, hosts: list[str], k: int, spec: dict[str, Any]
+                     ) -> tuple[str, Path, int]:
+        """This apply batch's run: the one held ahead for exactly it, released once the
+        journal has the batch, or a fresh one."""
+        held = self.ahead.take(hosts, k, self._batch_spec(hosts, k, spec, None),
+                               inventory_sources.unchanged_key(self.inventory))
+        if held is not None:
+            self.j.start_batch(held.bid, self.rid, k, "apply", hosts, held.bdir)
+            if ahead.claim(held.bdir, ahead.GO) == ahead.GO:
+                self.j.batch_spawned(held.bid, self.rid, held.pid, ahead=True)
+                return held.bid, held.bdir, held.pid
+            # Its run ended by itself between the look and the release: it touched no host.
+            self.j.finish_batch(held.bid, self.rid, k, {
+                "dir": str(held.bdir), "error": "its run, started ahead, ended before its "
+                                                "turn and was not used"})
+        return self._spawn_batch("apply", hosts, k, spec, None)
+
+    def _hold_next(self, k: int, spec: dict[str, Any]) -> None:
+        """Start the run of the apply batch the wave loop will pick next if every host now
+        applying ends healthy, held until then (ahead.py). Not across a soak or an approval,
+        nor with a drain (which decides the batch's hosts), nor for an inventory whose
+        answer is not all in its files (a held run would keep an old answer)."""
+        sources = inventory_sources.unchanged_key(self.inventory)
+        if not self.PREWARM or self.drain is not None or sources is None:
+            return
+        nxt, wave = budgets.next_batch(self.plan, self.limits, self.a, self.tally, k), k
+        if not nxt and not self.tally.pending[k - 1] and k < len(self.a.waves) and (
+                not self.plan.soak.seconds and k + 1 not in self.plan.approvals.before_waves):
+            nxt, wave = budgets.next_batch(self.plan, self.limits, self.a, self.tally, k + 1), k + 1
+        if not nxt:
+            return
+        full = self._batch_spec(nxt, wave, spec, None)
+        bid, bdir = self._new_batch_dir("apply")
+        pid = worker.spawn(bdir, {**full, "batch_id": bid}, warm=self.warm)
+        self.ahead.hold(ahead.Held(bid, bdir, pid, nxt, wave, full, sources))
 
     @staticmethod
     def _outcomes(doc: dict[str, Any] | None, hosts: list[str]

@@ -553,8 +553,9 @@ class Journal:
                                                        "hosts": hosts, "state": "started",
                                                        **extra})
 
-    def batch_spawned(self, bid: str, rid: str, pid: int) -> None:
-        """The worker exists: from here on its hosts count one more application."""
+    def batch_spawned(self, bid: str, rid: str, pid: int, *, ahead: bool = False) -> None:
+        """The worker exists: from here on its hosts count one more application. `ahead`:
+        its run was started ahead of its turn and released now (rollout/ahead.py)."""
         with self.tx() as db:
             row = db.execute("SELECT kind, hosts, wave, pid FROM batches WHERE id=?",
                              (bid,)).fetchone()
@@ -566,7 +567,8 @@ class Journal:
                 db.execute("UPDATE hosts SET applies=applies+1 WHERE rollout_id=? AND host=?",
                            (rid, h))
             self._event(db, rid, "batch", None, row[2], {"batch": bid, "state": "spawned",
-                                                         "pid": pid})
+                                                         "pid": pid,
+                                                         **({"ahead": True} if ahead else {})})
         self._mirror(rid, applied, applies=1)
 
     def finish_batch(self, bid: str, rid: str, wave: int, summary: dict[str, Any]) -> None:

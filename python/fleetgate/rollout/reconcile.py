@@ -122,8 +122,10 @@ def rejoin(ctl: Controller, kind: str, hosts: list[str]
     for b in mine:
         ctl.log(f"re-joining {kind} batch {b['id']} ({', '.join(b['hosts'])})")
         doc = worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10)
-        if b["pid"] is None and worker.pid_of(b["dir"]) is not None:
-            # Spawned just before the crash, before its pid was committed.
+        if (b["pid"] is None and worker.pid_of(b["dir"]) is not None
+                and worker.may_have_run(b["dir"])):
+            # Spawned (or released, ahead.py) just before the crash, before its pid was
+            # committed.
             ctl.j.batch_spawned(b["id"], ctl.rid, worker.pid_of(b["dir"]) or 0)
         ctl._close_batch(b["id"], b["wave"], b["dir"], doc)
         out = ctl._outcomes(doc, hosts if len(mine) == 1 else b["hosts"])

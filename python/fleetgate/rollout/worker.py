@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleetgate.errors import FleetgateError, validation_error
 from fleetgate.inputs import read_input
-from fleetgate.rollout import before
+from fleetgate.rollout import ahead, before
 from fleetgate.rollout.hostread import Wanted
 from fleetgate.rollout.journal import Journal
 from fleetgate.runner import ansible, redact, remote, secret_vars
@@ -52,6 +52,15 @@ BEFORE_RECORDED = "before-recorded"  # written once the run's `before` readings 
 # Beyond the batch's own timeout (which the node's ansible-runner enforces): SSH, transmit,
 # and the artifacts coming back.
 REMOTE_SLACK_S = 300
+
+
+class Owner(BaseModel):
+    """The controller process that holds a batch's run until its release (rollout/ahead.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int = Field(ge=1)
+    start: str  # /proc/PID/stat's start time: a recycled pid is not the controller
 
 
 class BatchSpec(BaseModel):
@@ -79,6 +88,9 @@ class BatchSpec(BaseModel):
     # An apply batch run here: read each host before its change, in the same run
     # (rollout/before.py InRun).
     read_before: Wanted | None = None
+    # Such a batch's run waits for this controller's release before it touches a host
+    # (rollout/ahead.py); without an owner it is released from its start.
+    owner: Owner | None = None
 
 
 class HostRun(BaseModel):
@@ -144,7 +156,8 @@ def _compact(event: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def _proc_start(pid: int) -> str:
+def proc_start(pid: int) -> str:
+    """A process's start time (/proc/PID/stat field 22): with its pid, which process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
@@ -164,7 +177,7 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
     as for a local worker that died before Ansible started)."""
     spec = _read(bdir / SPEC, BatchSpec, "corrupt batch spec")
     (bdir / PIDFILE).write_text(json.dumps({"pid": os.getpid(),
-                                            "start": _proc_start(os.getpid())}))
+                                            "start": proc_start(os.getpid())}))
     journal = Journal(Path(spec.journal))
     job: RemoteJob | None = None
     if spec.execution_node is not None:
@@ -190,19 +203,28 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
             **remote.pointer(job)}, wave=spec.wave)
 
     reading: before.InRun | None = None
+    gate: _Release | None = None
     if spec.read_before is not None and job is None:
+        gate = _Release(bdir, spec.owner)
         reading = before.InRun(journal, spec.rollout_id, spec.wave, spec.limit.split(","),
-                               bdir / BEFORE_RECORDED, spec.read_before)
+                               bdir / BEFORE_RECORDED, spec.read_before,
+                               release=gate.extravars())
 
     def on_event(event: dict[str, Any]) -> None:
         if reading is not None:
             reading.on_event(event)
         c = _compact(event)
-        if c is not None:
-            journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **c},
-                          host=c.get("host"), wave=spec.wave)
+        if c is None:
+            return
+        if gate is not None and not gate.released():
+            gate.held_events.append(c)  # a run held ahead of its turn journals nothing yet
+            return
+        for e in [*(gate.take_events() if gate is not None else []), c]:
+            journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **e},
+                          host=e.get("host"), wave=spec.wave)
 
     started = time.time()
+    r: ansible.RunResult | None = None
     try:
         secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
                                       section="plan")
@@ -210,22 +232,83 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
                         limit=spec.limit, forks=spec.forks,
                         extravars={**spec.extravars,
                                    **(reading.extravars() if reading else {})},
-                        runs_base=bdir / "runs", on_event=on_event, timeout=spec.timeout,
+                        runs_base=bdir / "runs", on_event=on_event,
+                        timeout=spec.timeout + (gate.hold_s if gate is not None else 0),
+                        cancel=gate.overdue(spec.timeout) if gate is not None else None,
                         env=spec.env, secrets=secrets, on_remote=job,
                         on_remote_started=job_started,
                         pre_playbooks=[content_root() / before.PLAYBOOK] if reading else [])
-        if reading is not None:
-            # A run that ended before its wait (no host answered, a parse error): what it
-            # read, and why not for the rest, is still the hosts' reading.
-            reading.flush(ended=r.error or f"ansible-runner status {r.status}")
         doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
                           hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
                                  for h, v in r.hosts.items()})
+        if gate is not None and gate.timed_out:
+            doc.status, doc.error = "timeout", f"the batch ran out of its {spec.timeout} s"
     except Exception as exc:  # still leave a result: the controller must not guess
         doc = BatchResult(rc=1, status="error", error=f"{type(exc).__name__}: {exc}")
+    if gate is not None and not gate.settle():
+        # Never released (cancelled, the controller gone): it touched no host and is in no
+        # journal; the controller discards its dir.
+        journal.close()
+        return
+    for e in gate.take_events() if gate is not None else []:
+        journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **e},
+                      host=e.get("host"), wave=spec.wave)
+    if reading is not None and r is not None:
+        # A run that ended before its wait (no host answered, a parse error): what it
+        # read, and why not for the rest, is still the hosts' reading.
+        reading.flush(ended=r.error or f"ansible-runner status {r.status}")
     doc.wall_s = round(time.time() - started, 3)
     replace_private(bdir / RESULT, redact.text(doc.model_dump_json(indent=2)))
     journal.close()
+
+
+class _Release:
+    """A local apply batch's side of rollout/ahead.py: the release wait's vars for its run,
+    the run's events held back until the release, and the batch's timeout counted from the
+    release rather than from the run's start."""
+
+    def __init__(self, bdir: Path, owner: Owner | None):
+        self.bdir, self.owner = bdir, owner
+        self.held_events: list[dict[str, Any]] = []
+        self.at: float | None = None  # when the release was seen (monotonic)
+        self.timed_out = False
+        if owner is None:
+            ahead.claim(bdir, ahead.GO)  # nobody to wait for
+        # A run released before its start has its plain timeout; a held one, the hold too.
+        self.hold_s = 0 if ahead.said(bdir) == ahead.GO else ahead.HOLD_S
+
+    def extravars(self) -> dict[str, Any]:
+        return {"fleetgate_release": str(self.bdir / ahead.RELEASE),
+                "fleetgate_release_owner_pid": self.owner.pid if self.owner else 0,
+                "fleetgate_release_owner_start": self.owner.start if self.owner else "",
+                "fleetgate_release_timeout": ahead.HOLD_S}
+
+    def released(self) -> bool:
+        if self.at is None and ahead.said(self.bdir) == ahead.GO:
+            self.at = time.monotonic()
+        return self.at is not None
+
+    def take_events(self) -> list[dict[str, Any]]:
+        out, self.held_events = self.held_events, []
+        return out
+
+    def overdue(self, timeout_s: int) -> Callable[[], bool] | None:
+        """ansible-runner's cancel callback for a held run: the batch's own timeout, counted
+        from its release (the run's timeout is that plus the hold). None for a run released
+        before its start, which keeps ansible-runner's own timeout and signal handling."""
+        if not self.hold_s:
+            return None
+
+        def cancel() -> bool:
+            if self.released() and time.monotonic() - (self.at or 0.0) > timeout_s:
+                self.timed_out = True
+            return self.timed_out
+
+        return cancel
+
+    def settle(self) -> bool:
+        """At the run's end: released or not, for good (ahead.claim decides a race)."""
+        return ahead.claim(self.bdir, ahead.ENDED) == ahead.GO
 
 
 GO = "go"  # in a warm worker's dir: the batch dir it is to run, written once, atomically
@@ -336,6 +419,16 @@ def is_remote(bdir: Path) -> bool:
         return False
 
 
+def may_have_run(bdir: Path) -> bool:
+    """Whether a batch's run may have touched its hosts: not one held for a release that
+    never came (rollout/ahead.py). Asked once its worker is gone."""
+    try:
+        spec = _read(bdir / SPEC, BatchSpec, "corrupt batch spec")
+    except (OSError, FleetgateError):
+        return True
+    return spec.owner is None or ahead.released(bdir)
+
+
 def _json_doc(path: Path) -> dict[str, Any] | None:
     """A small JSON file a worker or the controller wrote; None while absent or half-written."""
     try:
@@ -382,7 +475,7 @@ def worker_alive(bdir: Path) -> bool:
         return False
     pid = int(info["pid"])
     # The start time guards against a recycled pid belonging to something else.
-    return _proc_start(pid) == info.get("start") and _proc_start(pid) != ""
+    return proc_start(pid) == info.get("start") and proc_start(pid) != ""
 
 
 def read_result(bdir: Path) -> BatchResult | None:

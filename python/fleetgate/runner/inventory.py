@@ -287,6 +287,14 @@ def _static(files: Sequence[Path]) -> bool:
     return True
 
 
+def unchanged_key(inventory: Sources) -> tuple[object, ...] | None:
+    """The sources' files as they are now, where they are the whole answer (_static): while
+    the key stays equal, so does Ansible's answer. None for sources whose answer can change
+    while their files stay the same (a script, a plugin config)."""
+    paths = source_paths(inventory)
+    return _signature(paths) if _static(_source_files(paths)) else None
+
+
 # Answers are also kept on disk, in the state dir, for the next fleetgate process: every
 # command, batch worker and smoke run would otherwise start ansible-inventory again (about
 # 0.8 s of CPU each, hundreds of times in a rollout's life) for the same files. An answer is
