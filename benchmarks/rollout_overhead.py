@@ -24,9 +24,16 @@ Figures (issue 17 item 6), 2-core shared machine:
   (16.3 s and 14.3 s against 4.7 s and 4.4 s). c7c66d7's medians of phases: start 0.5 s,
   `before` probes 7.5 / 6.6 s, worker start-up and exit 1.0 / 0.8 s, the worker's Ansible
   runs 6.9 / 6.4 s. The runs of plain ansible-playbook alone spread from 3.3 to 5.2 s.
-- What is left is one ansible-playbook start-up per batch for the `before` probe and one for
-  the change, where plain ansible-playbook starts once for all three batches: the 1.10 target
-  needs the probe folded into the batch's own run, or one long-lived Ansible run per rollout.
+- The next batch's run started ahead and held (rollout/ahead.py), against 7cc438a side by
+  side, 5 alternating rounds, quiet machine: fleetgate 5.50 s (ratio 1.87, 1.80 to 2.11),
+  7cc438a 5.98 s (2.05, 1.96 to 2.59), ansible-playbook 2.95 s, 3.33 s reading every host
+  first. Medians of phases now: start 0.35, Ansible start 0.88 (batch 1 only: 2 of 3 batches
+  held), reading 0.66, change 2.91, exit 0.62 s; the held run's start competes with the
+  current batch on 2 cores (batch 1's start was about 0.5 s, the changes 2.5 s, before).
+- What was left before that was one ansible-playbook start-up per batch for the `before`
+  probe and one for the change, where plain ansible-playbook starts once for all three
+  batches: the 1.10 target needs the probe folded into the batch's own run, or one
+  long-lived Ansible run per rollout.
 """
 
 from __future__ import annotations
