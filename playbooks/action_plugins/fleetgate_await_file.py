@@ -18,6 +18,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from fleetgate.system.procs import proc_start
+
 DOCUMENTATION = r"""
 action: fleetgate_await_file
 short_description: Wait on the controller until a file exists
@@ -54,12 +56,8 @@ POLL_S = 0.01
 
 
 def _gone(pid: int, start: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            now = f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return True
-    return bool(start) and now != start
+    now = proc_start(pid)
+    return not now or (bool(start) and now != start)
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]

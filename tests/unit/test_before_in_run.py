@@ -20,6 +20,7 @@ import yaml
 from fleetgate.rollout import ahead, before, worker
 from fleetgate.rollout.hostread import Wanted
 from fleetgate.rollout.journal import Journal
+from fleetgate.system.procs import proc_start
 
 RID = "r1"
 
@@ -150,7 +151,7 @@ RELEASE_TASK = "Wait for the controller's release of this batch"
 
 
 def _owner(pid: int) -> dict[str, Any]:
-    return {"pid": pid, "start": worker.proc_start(pid)}
+    return {"pid": pid, "start": proc_start(pid)}
 
 
 def _spawn_held(b: dict[str, Any], bid: str, owner: dict[str, Any]) -> tuple[Path, int]:
@@ -238,27 +239,27 @@ def test_a_held_run_whose_controller_dies_ends_having_touched_no_host(
 
 def test_the_held_run_is_handed_over_only_for_exactly_its_batch(tmp_path: Path) -> None:
     """A guess that turned out wrong costs a cancel, never a different change."""
-    spec = {"limit": "a,b", "wave": 2}
+    spec = {"limit": "a,b", "wave": 2, "playbook": "change.yml"}
     live = subprocess.Popen(["sleep", "120"])
     try:
-        for want, taken in [((["a", "b"], 2, spec, ("k",)), True),
-                            ((["a"], 2, spec, ("k",)), False),
-                            ((["a", "b"], 3, spec, ("k",)), False),
-                            ((["a", "b"], 2, {**spec, "limit": "a"}, ("k",)), False),
-                            ((["a", "b"], 2, spec, ("inventory edited",)), False),
-                            ((["a", "b"], 2, spec, None), False)]:
+        for want, taken in [((spec, ("k",)), True),
+                            (({**spec, "limit": "a"}, ("k",)), False),  # other hosts
+                            (({**spec, "wave": 3}, ("k",)), False),  # another wave
+                            (({**spec, "playbook": "other.yml"}, ("k",)), False),
+                            ((spec, ("inventory edited",)), False),
+                            ((spec, None), False)]:
             bdir = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
             bdir.mkdir()
             a = ahead.Ahead()
-            a.hold(ahead.Held("apply-x", bdir, live.pid, ["a", "b"], 2, spec, ("k",)))
+            a.hold(ahead.Held("apply-x", bdir, live.pid, spec, ("k",)))
             got = a.take(*want)
             assert (got is not None) == taken, want
             assert ahead.said(bdir) == (None if taken else ahead.CANCEL), want
         # A held run that ended by itself (its own word) is not handed over either.
-        a.hold(ahead.Held("apply-y", bdir, live.pid, ["a", "b"], 2, spec, ("k",)))
+        a.hold(ahead.Held("apply-y", bdir, live.pid, spec, ("k",)))
         (bdir / ahead.RELEASE).unlink(missing_ok=True)
         ahead.claim(bdir, ahead.ENDED)
-        assert a.take(["a", "b"], 2, spec, ("k",)) is None
+        assert a.take(spec, ("k",)) is None
     finally:
         live.kill()
         live.wait()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.runner.private_state import write_private
+from fleetgate.system.procs import pid_alive
 
 RELEASE = "release"
 GO, CANCEL, ENDED = "go", "cancel", "ended"
@@ -72,9 +73,7 @@ class Held:
     bid: str
     bdir: Path
     pid: int
-    hosts: list[str]
-    wave: int
-    spec: dict[str, Any]  # as spawned, less the batch id
+    spec: dict[str, Any]  # as spawned, less the batch id: its hosts (limit) and wave too
     sources: tuple[object, ...]  # the inventory's files as they were when it was spawned
 
 
@@ -82,15 +81,15 @@ def _gone(pid: int) -> bool:
     try:
         got, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:  # not ours to reap (or reaped): whether it still runs
-        return not Path(f"/proc/{pid}").exists()
+        return not pid_alive(pid)
     return got == pid
 
 
 class Ahead:
     """The controller's run held ahead of its turn: at most one, always the next apply batch
-    it expects. `take` hands it over only for exactly the batch it was started for (hosts,
-    wave, spec, inventory files), so a guess that turned out wrong costs a cancel, never a
-    different change."""
+    it expects. `take` hands it over only for exactly the batch it was started for (its
+    spec: hosts, wave, change; and the inventory's files), so a guess that turned out wrong
+    costs a cancel, never a different change."""
 
     def __init__(self) -> None:
         self.held: Held | None = None
@@ -100,13 +99,12 @@ class Ahead:
         self.cancel()
         self.held = held
 
-    def take(self, hosts: list[str], wave: int, spec: dict[str, Any],
-             sources: tuple[object, ...] | None) -> Held | None:
+    def take(self, spec: dict[str, Any], sources: tuple[object, ...] | None) -> Held | None:
         h, self.held = self.held, None
         if h is None:
             return None
-        if (h.hosts == hosts and h.wave == wave and h.spec == spec and h.sources == sources
-                and said(h.bdir) is None and not _gone(h.pid)):
+        if (h.spec == spec and h.sources == sources and said(h.bdir) is None
+                and not _gone(h.pid)):
             return h
         self._cancel(h)
         return None

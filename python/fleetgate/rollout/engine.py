@@ -46,6 +46,7 @@ from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.site import current_site
 from fleetgate.smoke.model import CheckResult, SmokeRun
 from fleetgate.smoke.runner import run_smoke
+from fleetgate.system.procs import proc_start
 
 POLL_S = 1.0
 # A drain batch may run this long beyond the plan's drain.timeout_s (the wait on the node
@@ -123,7 +124,7 @@ class Controller:
         # whole run, held until its turn (ahead.py).
         self.warm = worker.WarmWorkers(self.dir / "warm")
         self.ahead = ahead.Ahead()
-        self.owner = {"pid": os.getpid(), "start": worker.proc_start(os.getpid())}
+        self.owner = {"pid": os.getpid(), "start": proc_start(os.getpid())}
 
     # ------------------------------------------------------------------------ entry points
 
@@ -146,8 +147,8 @@ class Controller:
             # The lease makes this process the rollout's only writer: its host rows are read
             # from memory from here on (Journal.own), not from the database on every batch.
             self.j.own(self.rid, self.tally)
-            self._tidy_held()
             if resume:
+                self._tidy_held()
                 self.reconcile()
             if self.PREWARM:
                 self.warm.start()  # the first batch's worker too (its imports take ~0.5 s)
@@ -543,8 +544,9 @@ class Controller:
         if read_before and ex is None:
             # A run here that reads its hosts first waits for its release (ahead.py).
             spec["owner"] = self.owner
-            running = [(hosts, *self._start_apply(hosts, k, spec))]
-            self._hold_next(k, spec)
+            sources = inventory_sources.unchanged_key(self.inventory)
+            running = [(hosts, *self._start_apply(hosts, k, spec, sources))]
+            self._hold_next(k, spec, sources)
         else:
             running = [(group, *self._spawn_batch(kind, group, k, spec, node))
                        for node, group in groups.items()]
@@ -580,12 +582,12 @@ class Controller:
         self.j.batch_spawned(bid, self.rid, pid)
         return bid, bdir, pid
 
-    def _start_apply(self, hosts: list[str], k: int, spec: dict[str, Any]
-                     ) -> tuple[str, Path, int]:
+    def _start_apply(self, hosts: list[str], k: int, spec: dict[str, Any],
+                     sources: tuple[object, ...] | None) -> tuple[str, Path, int]:
         """This apply batch's run: the one held ahead for exactly it, released once the
-        journal has the batch, or a fresh one."""
-        held = self.ahead.take(hosts, k, self._batch_spec(hosts, k, spec, None),
-                               inventory_sources.unchanged_key(self.inventory))
+        journal has the batch, or a fresh one. `sources`: the inventory's key now
+        (runner.inventory.unchanged_key)."""
+        held = self.ahead.take(self._batch_spec(hosts, k, spec, None), sources)
         if held is not None:
             self.j.start_batch(held.bid, self.rid, k, "apply", hosts, held.bdir)
             if ahead.claim(held.bdir, ahead.GO) == ahead.GO:
@@ -597,24 +599,27 @@ class Controller:
                                                 "turn and was not used"})
         return self._spawn_batch("apply", hosts, k, spec, None)
 
-    def _hold_next(self, k: int, spec: dict[str, Any]) -> None:
+    def _hold_next(self, k: int, spec: dict[str, Any],
+                   sources: tuple[object, ...] | None) -> None:
         """Start the run of the apply batch the wave loop will pick next if every host now
         applying ends healthy, held until then (ahead.py). Not across a soak or an approval,
         nor with a drain (which decides the batch's hosts), nor for an inventory whose
         answer is not all in its files (a held run would keep an old answer)."""
-        sources = inventory_sources.unchanged_key(self.inventory)
         if not self.PREWARM or self.drain is not None or sources is None:
             return
-        nxt, wave = budgets.next_batch(self.plan, self.limits, self.a, self.tally, k), k
-        if not nxt and not self.tally.pending[k - 1] and k < len(self.a.waves) and (
-                not self.plan.soak.seconds and k + 1 not in self.plan.approvals.before_waves):
-            nxt, wave = budgets.next_batch(self.plan, self.limits, self.a, self.tally, k + 1), k + 1
+        wave = k
+        if not self.tally.pending[k - 1]:  # this wave's last batch: the next wave's first
+            wave = k + 1
+            if (wave > len(self.a.waves) or self.plan.soak.seconds
+                    or wave in self.plan.approvals.before_waves):
+                return
+        nxt = budgets.next_batch(self.plan, self.limits, self.a, self.tally, wave)
         if not nxt:
             return
         full = self._batch_spec(nxt, wave, spec, None)
         bid, bdir = self._new_batch_dir("apply")
         pid = worker.spawn(bdir, {**full, "batch_id": bid}, warm=self.warm)
-        self.ahead.hold(ahead.Held(bid, bdir, pid, nxt, wave, full, sources))
+        self.ahead.hold(ahead.Held(bid, bdir, pid, full, sources))
 
     @staticmethod
     def _outcomes(doc: dict[str, Any] | None, hosts: list[str]

@@ -43,6 +43,7 @@ from fleetgate.runner.private_state import (
 from fleetgate.runner.remote import RemoteJob, RemoteNode
 from fleetgate.runner.secret_vars import SecretRef
 from fleetgate.site import content_root
+from fleetgate.system.procs import proc_start
 
 SPEC = "spec.json"
 PIDFILE = "worker.pid"
@@ -156,15 +157,6 @@ def _compact(event: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def proc_start(pid: int) -> str:
-    """A process's start time (/proc/PID/stat field 22): with its pid, which process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def _lease_is(journal: Journal, spec: BatchSpec) -> bool:
     rows = journal.query("SELECT token FROM leases WHERE scope=?",
                          (f"rollout:{spec.rollout_id}",))
@@ -210,6 +202,11 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
                                bdir / BEFORE_RECORDED, spec.read_before,
                                release=gate.extravars())
 
+    def journal_events(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **e},
+                          host=e.get("host"), wave=spec.wave)
+
     def on_event(event: dict[str, Any]) -> None:
         if reading is not None:
             reading.on_event(event)
@@ -219,9 +216,7 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
         if gate is not None and not gate.released():
             gate.held_events.append(c)  # a run held ahead of its turn journals nothing yet
             return
-        for e in [*(gate.take_events() if gate is not None else []), c]:
-            journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **e},
-                          host=e.get("host"), wave=spec.wave)
+        journal_events([*(gate.take_events() if gate is not None else []), c])
 
     started = time.time()
     r: ansible.RunResult | None = None
@@ -250,9 +245,7 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
         # journal; the controller discards its dir.
         journal.close()
         return
-    for e in gate.take_events() if gate is not None else []:
-        journal.event(spec.rollout_id, "ansible", {"batch": spec.batch_id, **e},
-                      host=e.get("host"), wave=spec.wave)
+    journal_events(gate.take_events() if gate is not None else [])
     if reading is not None and r is not None:
         # A run that ended before its wait (no host answered, a parse error): what it
         # read, and why not for the rest, is still the hosts' reading.
@@ -275,7 +268,7 @@ class _Release:
         if owner is None:
             ahead.claim(bdir, ahead.GO)  # nobody to wait for
         # A run released before its start has its plain timeout; a held one, the hold too.
-        self.hold_s = 0 if ahead.said(bdir) == ahead.GO else ahead.HOLD_S
+        self.hold_s = 0 if ahead.released(bdir) else ahead.HOLD_S
 
     def extravars(self) -> dict[str, Any]:
         return {"fleetgate_release": str(self.bdir / ahead.RELEASE),
@@ -284,7 +277,7 @@ class _Release:
                 "fleetgate_release_timeout": ahead.HOLD_S}
 
     def released(self) -> bool:
-        if self.at is None and ahead.said(self.bdir) == ahead.GO:
+        if self.at is None and ahead.released(self.bdir):
             self.at = time.monotonic()
         return self.at is not None
 

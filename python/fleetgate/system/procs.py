@@ -91,6 +91,16 @@ def run(
     return proc
 
 
+def proc_start(pid: int) -> str:
+    """A process's start time (/proc/PID/stat field 22; "" when there is none): with its pid,
+    which process, so that a recycled pid is not taken for it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
