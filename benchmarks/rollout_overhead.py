@@ -30,6 +30,11 @@ Figures (issue 17 item 6), 2-core shared machine:
   first. Medians of phases now: start 0.35, Ansible start 0.88 (batch 1 only: 2 of 3 batches
   held), reading 0.66, change 2.91, exit 0.62 s; the held run's start competes with the
   current batch on 2 cores (batch 1's start was about 0.5 s, the changes 2.5 s, before).
+- A batch's result at its run's recap (rollout/worker.py), against 54af094 side by side, 5
+  alternating rounds, a slower day on the same machine: fleetgate 6.32 s (ratio 1.84, 1.60 to
+  1.98), 54af094 6.63 s (1.91, 1.80 to 2.19), ansible-playbook 3.43 s, 3.81 s reading every
+  host first. Medians of phases: start 0.37, Ansible start 0.95, reading 0.87, change 3.57,
+  exit 0.08 s (0.62 s before): the controller no longer waits for Ansible's exit.
 - What was left before that was one ansible-playbook start-up per batch for the `before`
   probe and one for the change, where plain ansible-playbook starts once for all three
   batches: the 1.10 target needs the probe folded into the batch's own run, or one

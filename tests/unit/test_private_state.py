@@ -93,7 +93,12 @@ def test_a_rollout_batch_leaves_private_state_and_no_secret(site: dict[str, Path
     res = worker.wait(bdir, spawned_pid=pid)
     assert res is not None, (bdir / "worker.log").read_text()
     run_dir = Path(res["run_dir"])
-    assert not (run_dir / SECRET_VARS_FILE).exists()
+    assert not (run_dir / SECRET_VARS_FILE).exists()  # gone by the result, at the recap
+    # The rest of the run (its artifacts trimmed, made private) is over once the worker has
+    # exited, which the controller waits for before it ends.
+    exits = worker.Exits()
+    exits.add(bdir, pid)
+    exits.wait(pytest.fail)
     # As a worker killed mid-run would leave it: the controller removes it with the batch.
     (run_dir / SECRET_VARS_FILE).write_text(f"registry_token: {SECRET}\n")
     os.chmod(run_dir / SECRET_VARS_FILE, 0o600)

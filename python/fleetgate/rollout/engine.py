@@ -124,6 +124,7 @@ class Controller:
         # whole run, held until its turn (ahead.py).
         self.warm = worker.WarmWorkers(self.dir / "warm")
         self.ahead = ahead.Ahead()
+        self.exits = worker.Exits()  # workers that gave their result at the recap
         self.owner = {"pid": os.getpid(), "start": proc_start(os.getpid())}
 
     # ------------------------------------------------------------------------ entry points
@@ -153,6 +154,7 @@ class Controller:
             if self.PREWARM:
                 self.warm.start()  # the first batch's worker too (its imports take ~0.5 s)
             state, reason, resumable = self._drive()
+            self.exits.wait(self.log)  # before the rollout's last row: no run still ending
             self._finish(state, reason, resumable)
             return state
         finally:
@@ -160,6 +162,7 @@ class Controller:
                 signal.signal(s, h)
             self.ahead.close()
             self.warm.close()
+            self.exits.wait(self.log)
             self.j.disown(self.rid)
             self.lease.release()
 
@@ -553,6 +556,8 @@ class Controller:
         merged: dict[str, dict[str, Any]] | None = None
         for group, bid, bdir, pid in running:
             doc = worker.wait(bdir, spawned_pid=pid)
+            if doc is not None and doc.get("at_recap"):
+                self.exits.add(bdir, pid)
             self._close_batch(bid, k, bdir, doc)
             out = self._outcomes(doc, group)
             if out is not None:

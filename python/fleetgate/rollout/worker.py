@@ -3,7 +3,10 @@
 The controller starts a worker per batch and does not own the Ansible run: if the controller
 is killed, the worker finishes the hosts it started (an interrupted apt or initramfs run is
 worse than a late one) and leaves `result.json`. The resumed controller waits for a live
-worker, or reads its result, instead of applying a second time.
+worker, or reads its result, instead of applying a second time. A playbook run here leaves
+its result at its recap, once every host's outcome is known, rather than after Ansible has
+exited; the controller goes on at once and waits for such workers' exit before it ends
+(Exits).
 
 The spec names the plan's secret vars by reference only; the worker reads their values from
 the environment it inherited (runner/secret_vars.py), and everything it writes (journal,
@@ -113,6 +116,9 @@ class BatchResult(BaseModel):
     run_dir: str = ""
     hosts: dict[str, HostRun] = Field(default_factory=dict)
     wall_s: float | None = None
+    # Written at the run's recap, while ansible-playbook and ansible-runner were still
+    # exiting (run_batch): the worker may still be alive; rc and status are the recap's.
+    at_recap: bool = False
 
 
 _Doc = TypeVar("_Doc", BatchSpec, BatchResult)
@@ -219,6 +225,25 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
         journal_events([*(gate.take_events() if gate is not None else []), c])
 
     started = time.time()
+    early: list[BatchResult] = []
+
+    def on_recap(at: ansible.RunResult) -> None:
+        # The hosts' outcomes are final at the recap; the run's exit (ansible-playbook's
+        # teardown, pexpect's close, the artifacts trimmed) takes another 0.2 s or so, which
+        # the controller need not wait for. Not for a run that was never released, timed out,
+        # or whose readings are not journalled yet: those end by the path below.
+        if (job is not None or (gate is not None and (not gate.released() or gate.timed_out))
+                or (reading is not None and not reading.done)):
+            return
+        doc = _batch_doc(at, wall_s=round(time.time() - started, 3), at_recap=True)
+        try:
+            replace_private(bdir / RESULT, redact.text(doc.model_dump_json(indent=2)))
+        except OSError as exc:
+            print(f"batch {spec.batch_id}: result at the recap not written ({exc}); it "
+                  "comes when the run has exited", file=sys.stderr)
+            return
+        early.append(doc)
+
     r: ansible.RunResult | None = None
     try:
         secrets = secret_vars.resolve(spec.secret_vars, source=f"batch {spec.batch_id}",
@@ -232,10 +257,9 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
                         cancel=gate.overdue(spec.timeout) if gate is not None else None,
                         env=spec.env, secrets=secrets, on_remote=job,
                         on_remote_started=job_started,
-                        pre_playbooks=[content_root() / before.PLAYBOOK] if reading else [])
-        doc = BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
-                          hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
-                                 for h, v in r.hosts.items()})
+                        pre_playbooks=[content_root() / before.PLAYBOOK] if reading else [],
+                        on_recap=on_recap)
+        doc = _batch_doc(r)
         if gate is not None and gate.timed_out:
             doc.status, doc.error = "timeout", f"the batch ran out of its {spec.timeout} s"
     except Exception as exc:  # still leave a result: the controller must not guess
@@ -251,8 +275,23 @@ def run_batch(bdir: Path, *, attach: bool = False) -> None:
         # read, and why not for the rest, is still the hosts' reading.
         reading.flush(ended=r.error or f"ansible-runner status {r.status}")
     doc.wall_s = round(time.time() - started, 3)
-    replace_private(bdir / RESULT, redact.text(doc.model_dump_json(indent=2)))
+    if early:
+        # The result stands as written at the recap (the controller may have acted on it);
+        # only the run's own end can differ from it, and that is said here.
+        said = early[0]
+        if (doc.rc, doc.status, doc.error) != (said.rc, said.status, said.error):
+            print(redact.text(f"batch {spec.batch_id}: after its recap the run ended with rc "
+                              f"{doc.rc}, status {doc.status}" +
+                              (f": {doc.error}" if doc.error else "")), file=sys.stderr)
+    else:
+        replace_private(bdir / RESULT, redact.text(doc.model_dump_json(indent=2)))
     journal.close()
+
+
+def _batch_doc(r: ansible.RunResult, **extra: Any) -> BatchResult:
+    return BatchResult(rc=r.rc, status=r.status, error=r.error, run_dir=str(r.run_dir),
+                       hosts={h: HostRun(outcome=v.outcome, task=v.task, message=v.message)
+                              for h, v in r.hosts.items()}, **extra)
 
 
 class _Release:
@@ -508,6 +547,42 @@ def wait(bdir: Path, *, poll_s: float = 0.05, spawned_pid: int | None = None,
                 (bdir / PIDFILE).exists() or time.monotonic() - started > grace_s):
             return result(bdir)
         time.sleep(poll_s)
+
+
+class Exits:
+    """Workers whose result came at their run's recap, and so may still be exiting (run_batch's
+    on_recap). The controller goes on to its next batch at once, but waits here before it
+    ends and gives up its lease, so that no worker it started outlives it: when `rollout
+    start` returns, every run's artifacts are trimmed and private."""
+
+    WAIT_S = 60.0  # ansible-playbook's exit after its recap takes well under a second
+
+    def __init__(self) -> None:
+        self._left: dict[Path, int] = {}
+
+    def add(self, bdir: Path, pid: int | None) -> None:
+        if pid is not None:
+            self._left[bdir] = pid
+
+    def wait(self, log: Callable[[str], None]) -> None:
+        deadline = time.monotonic() + self.WAIT_S
+        while self._left:
+            self._left = {d: p for d, p in self._left.items() if not _exited(d, p)}
+            if self._left and time.monotonic() > deadline:
+                for d, p in self._left.items():
+                    log(f"batch {d.name}: its worker (pid {p}) is still running "
+                        f"{self.WAIT_S:g} s after its result; not waiting for it")
+                self._left = {}
+            elif self._left:
+                time.sleep(0.01)
+
+
+def _exited(bdir: Path, pid: int) -> bool:
+    try:
+        got, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child (or reaped already): its pid file decides
+        return not worker_alive(bdir)
+    return got == pid
 
 
 def main(bdir: Path, *, attach: bool = False) -> None:

@@ -16,7 +16,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -119,13 +119,16 @@ def run(
     on_remote: remote.RemoteJob | None = None,
     on_remote_started: Callable[[], None] = lambda: None,
     pre_playbooks: Sequence[Path] = (),
+    on_recap: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     """One ansible-runner run; `on_remote`: on that execution node (runner/remote.py), the
     events folded here exactly as a local run's. `pre_playbooks` run ahead of `playbook` in
     the same ansible-playbook (_importing). `cancel` is polled to stop the run early;
     without it, ansible-runner's own SIGINT/SIGTERM handlers cancel it, and the caller's
     handlers are put back afterwards (ansible-runner installs its own and never restores
-    them). `secrets`:
+    them). `on_recap`: called once, from inside the run, with what its recap
+    (playbook_on_stats) says, before ansible-playbook and ansible-runner exit (see
+    recap_result); a local playbook run only. `secrets`:
     extra vars whose values are masked in everything the run keeps (runner/secret_vars.py
     reads them)."""
     with private_umask():
@@ -133,7 +136,8 @@ def run(
                     module_args=module_args, limit=limit, extravars=extravars, forks=forks,
                     runs_base=runs_base, on_event=on_event, timeout=timeout, env=env,
                     cancel=cancel, secrets=secrets or {}, on_remote=on_remote,
-                    on_remote_started=on_remote_started, pre_playbooks=pre_playbooks)
+                    on_remote_started=on_remote_started, pre_playbooks=pre_playbooks,
+                    on_recap=on_recap)
 
 
 def _run(
@@ -154,6 +158,7 @@ def _run(
     on_remote: remote.RemoteJob | None = None,
     on_remote_started: Callable[[], None] = lambda: None,
     pre_playbooks: Sequence[Path] = (),
+    on_recap: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     if on_remote is not None and playbook is None:
         raise ValueError("an execution node runs playbooks only")
@@ -193,6 +198,13 @@ def _run(
                 errors.append(" ".join(str(clean.get("stdout", "")).split())[:500])
             if on_event is not None:
                 on_event(clean)
+            if (on_recap is not None and on_remote is None and playbook is not None
+                    and clean.get("event") == "playbook_on_stats"):
+                # Ansible read the secret vars at its start: they need not outlive the
+                # recap, and what the caller reads of the run is on disk from here on.
+                vars_file.unlink(missing_ok=True)
+                events_file.flush()
+                on_recap(recap_result(run_dir, hosts, stats, errors))
             return True  # keep ansible-runner's own job_events too
 
         envvars = {**_env(forks), **(env or {})}
@@ -246,9 +258,7 @@ def _run(
 
     # The stats event we saw is authoritative; runner's own r.stats can be None when the run
     # ends with an error event after the recap.
-    for name, outcome in _stats_outcomes(stats or r.stats or {}).items():
-        hr = hosts.setdefault(name, HostResult(name, outcome))
-        hr.outcome = outcome
+    _fold_stats(hosts, stats or r.stats or {})
     rc = int(r.rc if r.rc is not None else 1)
     if rc != 0 and not stats and not errors:
         # A playbook that does not parse never emits an error event; its reason is on stdout.
@@ -313,6 +323,27 @@ def _stdout_errors(run_dir: Path) -> list[str]:
                 more = [x for x in lines[i + 1:i + 3] if x.startswith("Origin:")]
                 out.append(redact.text(" ".join(" ".join([line, *more]).split()))[:500])
     return out
+
+
+def recap_result(run_dir: Path, hosts: Mapping[str, HostResult], stats: Mapping[str, Any],
+                 errors: Sequence[str]) -> RunResult:
+    """A playbook run's result as its recap gives it, before ansible-playbook exits: the
+    hosts exactly as the finished run will have them (the recap is authoritative for every
+    host it processed), and the rc and status ansible-playbook's strategy returns for them
+    (unreachable 4, failed 2, else 0). What can still differ is only the run's own end: an
+    error event after the recap, or a kill while ansible-playbook exits."""
+    out = {h: replace(v, results=list(v.results)) for h, v in hosts.items()}
+    _fold_stats(out, stats)
+    outcomes = {v.outcome for v in out.values()}
+    rc = 4 if "unreachable" in outcomes else 2 if "failed" in outcomes else 0
+    return RunResult(status="successful" if rc == 0 else "failed", rc=rc, run_dir=run_dir,
+                     hosts=out, error=errors[-1] if errors else "")
+
+
+def _fold_stats(hosts: dict[str, HostResult], stats: Mapping[str, Any]) -> None:
+    for name, outcome in _stats_outcomes(stats).items():
+        hr = hosts.setdefault(name, HostResult(name, outcome))
+        hr.outcome = outcome
 
 
 def _stats_outcomes(stats: Mapping[str, Any]) -> dict[str, HostOutcome]:
