@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fleetgate.rollout import worker
 from tests.conftest import FLEETGATE, REPO, LabHandle
 from tests.integration.conftest import GoldenImages, LabFactory
 from tests.privacy import assert_private_tree, find_secret
@@ -346,6 +347,9 @@ def test_kill_9_at_random_points_then_resume_applies_each_host_exactly_once(lab:
             assert s["hosts"][h]["state"] == "healthy", (i, h, s["hosts"][h])
             assert s["hosts"][h]["applies"] == 1, (i, h, s["hosts"][h])
             assert lab.applies(h, name) == 1, (i, h)
+        # No batch worker, this controller's or one a killed controller left, outlives it.
+        batches = Path(lab.env["FLEETGATE_STATE_DIR"]) / "rollouts" / f"{name}-r" / "batches"
+        assert [d.name for d in batches.iterdir() if worker.worker_alive(d)] == [], i
         total_kills += kills
         report.append({"round": i, "kills": kills, "wall_s": round(time.monotonic() - t0, 2),
                        "journal_applies": {h: s["hosts"][h]["applies"] for h in hosts}})

@@ -124,3 +124,50 @@ def test_a_run_with_no_recap_leaves_its_result_at_its_end(fleet: dict[str, Any])
     assert doc is not None and doc["at_recap"] is False and doc["rc"] != 0, doc
     assert "no_such_module_anywhere" in doc["error"]
     assert os.path.exists(bdir / worker.RESULT)
+
+
+SLOW_EXIT = '''
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    """Keeps ansible-playbook alive after its recap, as a slow exit would."""
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "slow_exit"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def v2_playbook_on_stats(self, stats):
+        time.sleep(3)
+'''
+
+
+def test_a_worker_found_after_a_crash_at_its_recap_is_waited_for(
+        fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed controller (rollout/reconcile.py) that finds a batch's result left at the
+    recap by a worker it did not start waits for that worker's exit like one of its own."""
+    plugins = fleet["tmp"] / "callbacks"
+    plugins.mkdir()
+    (plugins / "slow_exit.py").write_text(SLOW_EXIT)
+    # Ansible calls its stdout callback (ansible-runner's, which emits the recap) first.
+    monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", str(plugins))
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "slow_exit")
+    bdir, _pid = _spawn(fleet, fleet["playbook"])
+    doc = worker.wait(bdir)  # as reconcile waits: by the pid file, not as the parent
+    assert doc is not None and doc["at_recap"] is True, (bdir / "worker.log").read_text()
+    assert worker.worker_alive(bdir), "the run was meant to be still exiting"
+    exits = worker.Exits()
+    exits.add_if_at_recap(bdir, doc)
+    exits.wait(lambda msg: pytest.fail(msg))
+    assert not worker.worker_alive(bdir)
+    [command] = Path(doc["run_dir"]).glob("artifacts/*/command")
+    assert "HOME" not in json.loads(command.read_text())["env"]
+    # A result not given at the recap, or a worker long gone, is not waited on.
+    nothing = worker.Exits()
+    nothing.add_if_at_recap(bdir, doc)
+    nothing.add_if_at_recap(bdir, {**doc, "at_recap": False})
+    nothing.wait(lambda msg: pytest.fail(msg))
+    assert not nothing._left

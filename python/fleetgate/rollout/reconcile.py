@@ -29,7 +29,8 @@ def reconcile(ctl: Controller) -> None:
     for b in open_batches:
         # A remote batch whose local worker died too is followed again on its node: the
         # stream is kept there, so the job is collected, never started a second time.
-        worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10)
+        ctl.exits.add_if_at_recap(
+            b["dir"], worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10))
     states: dict[str, dict[str, Any] | None] = {}
     if inflight:
         targets = [ctl.plan.change.target]
@@ -122,6 +123,7 @@ def rejoin(ctl: Controller, kind: str, hosts: list[str]
     for b in mine:
         ctl.log(f"re-joining {kind} batch {b['id']} ({', '.join(b['hosts'])})")
         doc = worker.wait_or_reattach(b["dir"], ctl.lease.token, grace_s=10)
+        ctl.exits.add_if_at_recap(b["dir"], doc)
         if (b["pid"] is None and worker.pid_of(b["dir"]) is not None
                 and worker.may_have_run(b["dir"])):
             # Spawned (or released, ahead.py) just before the crash, before its pid was

@@ -564,6 +564,13 @@ class Exits:
         if pid is not None:
             self._left[bdir] = pid
 
+    def add_if_at_recap(self, bdir: Path, doc: Mapping[str, Any] | None) -> None:
+        """After a crash, a batch whose result an earlier controller's worker left at the
+        recap: that worker (not this process's child) may still be exiting, and is waited
+        for like one of ours. Its pid file names it; a worker long gone is not waited on."""
+        if doc is not None and doc.get("at_recap") and worker_alive(bdir):
+            self.add(bdir, pid_of(bdir))
+
     def wait(self, log: Callable[[str], None]) -> None:
         deadline = time.monotonic() + self.WAIT_S
         while self._left:
