@@ -97,7 +97,8 @@ def test_a_rollout_batch_leaves_private_state_and_no_secret(site: dict[str, Path
     # The rest of the run (its artifacts trimmed, made private) is over once the worker has
     # exited, which the controller waits for before it ends.
     exits = worker.Exits()
-    exits.add(bdir, pid)
+    exits.add_if_at_recap(bdir, res, child=pid)
+    assert exits.pending == 1  # its result came at the recap
     exits.wait(pytest.fail)
     # As a worker killed mid-run would leave it: the controller removes it with the batch.
     (run_dir / SECRET_VARS_FILE).write_text(f"registry_token: {SECRET}\n")

@@ -556,8 +556,7 @@ class Controller:
         merged: dict[str, dict[str, Any]] | None = None
         for group, bid, bdir, pid in running:
             doc = worker.wait(bdir, spawned_pid=pid)
-            if doc is not None and doc.get("at_recap"):
-                self.exits.add(bdir, pid)
+            self.exits.add_if_at_recap(bdir, doc, child=pid)
             self._close_batch(bid, k, bdir, doc)
             out = self._outcomes(doc, group)
             if out is not None:

@@ -560,16 +560,22 @@ class Exits:
     def __init__(self) -> None:
         self._left: dict[Path, int] = {}
 
-    def add(self, bdir: Path, pid: int | None) -> None:
+    @property
+    def pending(self) -> int:
+        """Workers still waited for."""
+        return len(self._left)
+
+    def add_if_at_recap(self, bdir: Path, doc: Mapping[str, Any] | None, *,
+                        child: int | None = None) -> None:
+        """A batch whose result came at its run's recap: its worker may still be exiting.
+        `child` is the worker this controller spawned, reaped when it exits. Without one the
+        batch is an earlier controller's, found after a crash: its pid file names the
+        worker, and a worker long gone is not waited on."""
+        if doc is None or not doc.get("at_recap"):
+            return
+        pid = child if child is not None else pid_of(bdir) if worker_alive(bdir) else None
         if pid is not None:
             self._left[bdir] = pid
-
-    def add_if_at_recap(self, bdir: Path, doc: Mapping[str, Any] | None) -> None:
-        """After a crash, a batch whose result an earlier controller's worker left at the
-        recap: that worker (not this process's child) may still be exiting, and is waited
-        for like one of ours. Its pid file names it; a worker long gone is not waited on."""
-        if doc is not None and doc.get("at_recap") and worker_alive(bdir):
-            self.add(bdir, pid_of(bdir))
 
     def wait(self, log: Callable[[str], None]) -> None:
         deadline = time.monotonic() + self.WAIT_S
