@@ -76,6 +76,19 @@ def test_nouveau_is_blacklisted(host: Host) -> None:
     assert "options nouveau modeset=0" in lines
 
 
+def test_every_initramfs_holds_the_blacklist(host: Host) -> None:
+    # The blacklist acts at boot only from inside the initramfs: the driver install's own
+    # rebuild, or the role's handler for an image older than the blacklist, must have put it
+    # there. A container host without initramfs-tools has no initramfs to check.
+    if not host.exists("lsinitramfs"):
+        pytest.skip("no initramfs-tools on this host")
+    images = host.check_output("find /boot -maxdepth 1 -name 'initrd.img-*'").split()
+    assert images, "initramfs-tools is installed but /boot has no initramfs"
+    for image in images:
+        listed = host.check_output(f"lsinitramfs {image}").splitlines()
+        assert "etc/modprobe.d/fleetgate-blacklist-nouveau.conf" in listed, image
+
+
 def test_dkms_installed_driver_module_for_pinned_kernel(
     host: Host, node_class: NodeClass
 ) -> None:
