@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,55 @@ class LabHandle:
         return proc.stdout
 
 
+# The session's golden images (tests/integration/conftest.py: GoldenImages) live in one store
+# per run. A developer iterating on one lab file can point this at a store a run already filled
+# (FLEETGATE_TEST_IMAGES=/tmp/pytest-of-root/pytest-N/golden) and skip the builds; the store
+# is then left in place. CI never sets it.
+KEEP_IMAGES = os.environ.get("FLEETGATE_TEST_IMAGES")
+# When this process began (the main one's: it removes the run's images at its end); podman
+# keeps an image's creation time in whole seconds.
+SESSION_STARTED = int(time.time()) - 1
+
+
+def golden_root(config: pytest.Config) -> Path:
+    """One store per run: under the main process's base temp dir, which xdist workers share
+    (each worker's own base temp is a child of it)."""
+    if KEEP_IMAGES:
+        return Path(KEEP_IMAGES)
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    if hasattr(config, "workerinput"):
+        base = base.parent
+    return Path(base) / "golden"
+
+
+# Here, not in tests/integration/conftest.py: under xdist the main process collects nothing,
+# so it never loads that file, and a hook there ran in no process that outlives every lane.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The main process (not a worker) removes the store: gigabytes of root filesystems, and the
+    # podman images lab hosts were started from (`lab up --image` imports an image once, under
+    # one tag, for every lab of the run). Only here, once every worker is done: a test file's
+    # own teardown removing them (`rmi --force` takes the containers too) killed other lanes'
+    # hosts mid-test.
+    # Only images imported since this run began: a developer's own lab (the demo's, say) on
+    # an image imported earlier keeps its image and its containers.
+    if hasattr(session.config, "workerinput") or KEEP_IMAGES:
+        return
+    store = golden_root(session.config)
+    if not store.exists():
+        return  # no lab file ran, so no image was built or imported
+    shutil.rmtree(store, ignore_errors=True)
+    found = subprocess.run(["podman", "images", "--filter", "label=io.fleetgate.image",
+                            "--format", "json"], capture_output=True, text=True,
+                           timeout=300, check=False)
+    refs = [name for image in json.loads(found.stdout or "[]")
+            if int(image.get("Created", 0)) >= SESSION_STARTED
+            for name in image.get("Names") or []
+            if name.startswith("localhost/fleetgate-image-")]
+    if refs:
+        subprocess.run(["podman", "rmi", "--force", *refs], capture_output=True,
+                       timeout=300, check=False)
+
+
 # The suite runs in two pytest-xdist workers, a file at a time (`make test`: --dist loadfile,
 # --no-loadscope-reorder), and a worker takes the next file in collection order when it is
 # free. Longest first keeps the two lanes even, so the slow lab files lead, in about the order
@@ -99,6 +151,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # kept by, and the first thing to read when a lane grows.
 FILE_SECONDS: dict[str, float] = {}
 LANE_SECONDS: dict[str, float] = {}
+# Image builds and lab starts by name (tests/integration/conftest.py: TIMINGS), as each xdist
+# worker hands them over at its end.
+LAB_TIMINGS: dict[str, float] = {}
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_testnodedown(node: Any, error: object) -> None:
+    LAB_TIMINGS.update(getattr(node, "workeroutput", {}).get("lab_timings", {}))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -112,6 +172,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
         return
+    # Without xdist the lab files ran in this process: their record is its own.
+    here = sys.modules.get("tests.integration.conftest")
+    timings = {**LAB_TIMINGS, **getattr(here, "TIMINGS", {})}
+    if timings:
+        terminalreporter.write_line("lab and image timings: " + ", ".join(
+            f"{k} {v:.0f}s" for k, v in timings.items()))
     unit = sum(v for k, v in FILE_SECONDS.items() if k.startswith("tests/unit/"))
     lab = sorted(((v, k) for k, v in FILE_SECONDS.items() if not k.startswith("tests/unit/")),
                  reverse=True)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,7 +21,7 @@ import pytest
 from filelock import FileLock
 
 from fleetgate.spec.loader import load_class
-from tests.conftest import FLEETGATE, REPO, LabHandle, fleetgate
+from tests.conftest import FLEETGATE, REPO, LabHandle, fleetgate, golden_root
 
 BUILD_TIMEOUT_S = 3600
 # Image builds and lab starts, by name, printed at the end of the session: the suite's own
@@ -67,51 +65,9 @@ class GoldenImages:
         return f"{nc.name}:{nc.version}"
 
 
-# A developer iterating on one lab file can point this at a store a run already filled
-# (FLEETGATE_TEST_IMAGES=/tmp/pytest-of-root/pytest-N/golden) and skip the builds; the store
-# is then left in place. CI never sets it.
-KEEP_IMAGES = os.environ.get("FLEETGATE_TEST_IMAGES")
-# When this process began (the main one's: it removes the run's images at its end); podman
-# keeps an image's creation time in whole seconds.
-SESSION_STARTED = int(time.time()) - 1
-
-
-def _golden_root(config: pytest.Config) -> Path:
-    """One store per run: under the main process's base temp dir, which xdist workers share
-    (each worker's own base temp is a child of it)."""
-    if KEEP_IMAGES:
-        return Path(KEEP_IMAGES)
-    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    if hasattr(config, "workerinput"):
-        base = base.parent
-    return Path(base) / "golden"
-
-
 @pytest.fixture(scope="session")
 def golden(pytestconfig: pytest.Config) -> GoldenImages:
-    return GoldenImages(_golden_root(pytestconfig))
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # The main process (not a worker) removes the store: gigabytes of root filesystems, and the
-    # podman images lab hosts were started from (`lab up --image` imports an image once, under
-    # one tag, for every lab of the run). Only here, once every worker is done: a test file's
-    # own teardown removing them (`rmi --force` takes the containers too) killed other lanes'
-    # hosts mid-test.
-    # Only images imported since this run began: a developer's own lab (the demo's, say) on
-    # an image imported earlier keeps its image and its containers.
-    if not hasattr(session.config, "workerinput") and not KEEP_IMAGES:
-        shutil.rmtree(_golden_root(session.config), ignore_errors=True)
-        found = subprocess.run(["podman", "images", "--filter", "label=io.fleetgate.image",
-                                "--format", "json"], capture_output=True, text=True,
-                               timeout=300, check=False)
-        refs = [name for image in json.loads(found.stdout or "[]")
-                if int(image.get("Created", 0)) >= SESSION_STARTED
-                for name in image.get("Names") or []
-                if name.startswith("localhost/fleetgate-image-")]
-        if refs:
-            subprocess.run(["podman", "rmi", "--force", *refs], capture_output=True,
-                           timeout=300, check=False)
+    return GoldenImages(golden_root(pytestconfig))
 
 
 LabFactory = Callable[..., AbstractContextManager[Any]]
@@ -146,7 +102,8 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
     return factory
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if TIMINGS:
-        terminalreporter.write_line("lab and image timings: " + ", ".join(
-            f"{k} {v:.0f}s" for k, v in TIMINGS.items()))
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands its record to the main process, which prints every lane's
+    # (tests/conftest.py); this file is never loaded there.
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["lab_timings"] = dict(TIMINGS)
