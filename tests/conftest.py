@@ -1,4 +1,5 @@
-"""Shared test helpers: run the real `fleetgate` CLI as a subprocess."""
+"""Shared test helpers (the real `fleetgate` CLI as a subprocess, a lab handle) and the run's own
+record and clean-up at its end: lane, file and lab timings, the golden store and its images."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.image.lab_images import IMAGE_LABEL, IMAGE_REPO
 from fleetgate.lab.keys import ssh_argv
 from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import load_state
@@ -85,29 +87,36 @@ def golden_root(config: pytest.Config) -> Path:
     return Path(base) / "golden"
 
 
+# Image builds and lab starts by name (tests/integration/conftest.py and test_image.py write
+# them), printed at the end of the run: the suite's own record of where its slow time went.
+# Under xdist each worker fills its own copy and hands it to the main process at its end.
+TIMINGS: dict[str, float] = {}
+
+
 # Here, not in tests/integration/conftest.py: under xdist the main process collects nothing,
 # so it never loads that file, and a hook there ran in no process that outlives every lane.
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    # The main process (not a worker) removes the store: gigabytes of root filesystems, and the
-    # podman images lab hosts were started from (`lab up --image` imports an image once, under
-    # one tag, for every lab of the run). Only here, once every worker is done: a test file's
-    # own teardown removing them (`rmi --force` takes the containers too) killed other lanes'
-    # hosts mid-test.
+    if hasattr(session.config, "workeroutput"):  # an xdist worker
+        session.config.workeroutput["lab_timings"] = dict(TIMINGS)
+        return
+    # The main process removes the store: gigabytes of root filesystems, and the podman images
+    # lab hosts were started from (`lab up --image` imports an image once, under one tag, for
+    # every lab of the run). Only here, once every worker is done: a test file's own teardown
+    # removing them (`rmi --force` takes the containers too) killed other lanes' hosts
+    # mid-test.
     # Only images imported since this run began: a developer's own lab (the demo's, say) on
     # an image imported earlier keeps its image and its containers.
-    if hasattr(session.config, "workerinput") or KEEP_IMAGES:
-        return
     store = golden_root(session.config)
-    if not store.exists():
-        return  # no lab file ran, so no image was built or imported
+    if KEEP_IMAGES or not store.exists():
+        return  # a kept store, or no lab file ran: no image was built or imported
     shutil.rmtree(store, ignore_errors=True)
-    found = subprocess.run(["podman", "images", "--filter", "label=io.fleetgate.image",
+    found = subprocess.run(["podman", "images", "--filter", f"label={IMAGE_LABEL}",
                             "--format", "json"], capture_output=True, text=True,
                            timeout=300, check=False)
     refs = [name for image in json.loads(found.stdout or "[]")
             if int(image.get("Created", 0)) >= SESSION_STARTED
             for name in image.get("Names") or []
-            if name.startswith("localhost/fleetgate-image-")]
+            if name.startswith(f"{IMAGE_REPO}-")]
     if refs:
         subprocess.run(["podman", "rmi", "--force", *refs], capture_output=True,
                        timeout=300, check=False)
@@ -151,14 +160,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # kept by, and the first thing to read when a lane grows.
 FILE_SECONDS: dict[str, float] = {}
 LANE_SECONDS: dict[str, float] = {}
-# Image builds and lab starts by name (tests/integration/conftest.py: TIMINGS), as each xdist
-# worker hands them over at its end.
-LAB_TIMINGS: dict[str, float] = {}
 
 
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a worker's TIMINGS, at its end
 def pytest_testnodedown(node: Any, error: object) -> None:
-    LAB_TIMINGS.update(getattr(node, "workeroutput", {}).get("lab_timings", {}))
+    TIMINGS.update(getattr(node, "workeroutput", {}).get("lab_timings", {}))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -172,12 +178,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
         return
-    # Without xdist the lab files ran in this process: their record is its own.
-    here = sys.modules.get("tests.integration.conftest")
-    timings = {**LAB_TIMINGS, **getattr(here, "TIMINGS", {})}
-    if timings:
+    if TIMINGS:
         terminalreporter.write_line("lab and image timings: " + ", ".join(
-            f"{k} {v:.0f}s" for k, v in timings.items()))
+            f"{k} {v:.0f}s" for k, v in TIMINGS.items()))
     unit = sum(v for k, v in FILE_SECONDS.items() if k.startswith("tests/unit/"))
     lab = sorted(((v, k) for k, v in FILE_SECONDS.items() if not k.startswith("tests/unit/")),
                  reverse=True)

@@ -21,12 +21,9 @@ import pytest
 from filelock import FileLock
 
 from fleetgate.spec.loader import load_class
-from tests.conftest import FLEETGATE, REPO, LabHandle, fleetgate, golden_root
+from tests.conftest import FLEETGATE, REPO, TIMINGS, LabHandle, fleetgate, golden_root
 
 BUILD_TIMEOUT_S = 3600
-# Image builds and lab starts, by name, printed at the end of the session: the suite's own
-# record of where its slow time went.
-TIMINGS: dict[str, float] = {}
 
 class GoldenImages:
     """An image store shared by the session's test processes (pytest-xdist workers included),
@@ -101,9 +98,3 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
 
     return factory
 
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # An xdist worker hands its record to the main process, which prints every lane's
-    # (tests/conftest.py); this file is never loaded there.
-    if hasattr(session.config, "workeroutput"):
-        session.config.workeroutput["lab_timings"] = dict(TIMINGS)

@@ -33,8 +33,8 @@ from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import load_state
 from fleetgate.spec.derive import packer_vars
 from fleetgate.spec.loader import load_class
-from tests.conftest import FLEETGATE, REPO, fleetgate
-from tests.integration.conftest import TIMINGS, GoldenImages
+from tests.conftest import FLEETGATE, REPO, TIMINGS, fleetgate
+from tests.integration.conftest import GoldenImages
 
 CLASSES = REPO / "inventory" / "classes"
 FIXTURES = REPO / "tests" / "fixtures"
