@@ -25,6 +25,7 @@ from tests.conftest import FLEETGATE, REPO, TIMINGS, LabHandle, fleetgate, golde
 
 BUILD_TIMEOUT_S = 3600
 
+
 class GoldenImages:
     """An image store shared by the session's test processes (pytest-xdist workers included),
     filled on demand: the first process to need a class builds it under a lock, the others
@@ -97,4 +98,3 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
             fleetgate("lab", "down", env=lab.env)
 
     return factory
-
