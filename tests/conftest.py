@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,17 @@ def golden_root(config: pytest.Config) -> Path:
 # them), printed at the end of the run: the suite's own record of where its slow time went.
 # Under xdist each worker fills its own copy and hands it to the main process at its end.
 TIMINGS: dict[str, float] = {}
+
+
+@contextmanager
+def timed(name: str) -> Iterator[None]:
+    """The block's wall time into TIMINGS under `name`, also when it fails: a failed build's
+    time is part of where the run's time went."""
+    t = time.monotonic()
+    try:
+        yield
+    finally:
+        TIMINGS[name] = time.monotonic() - t
 
 
 # Here, not in tests/integration/conftest.py: under xdist the main process collects nothing,

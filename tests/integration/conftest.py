@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from filelock import FileLock
 
 from fleetgate.spec.loader import load_class
-from tests.conftest import FLEETGATE, REPO, TIMINGS, LabHandle, fleetgate, golden_root
+from tests.conftest import FLEETGATE, REPO, LabHandle, fleetgate, golden_root, timed
 
 BUILD_TIMEOUT_S = 3600
 
@@ -48,14 +47,13 @@ class GoldenImages:
                 assert not failed.exists(), f"{name}: failed in another worker: " + \
                     failed.read_text()[-4000:]
                 if not (self.root / name / "manifest.json").exists():
-                    t = time.monotonic()
                     path = f"{FLEETGATE.parent}{os.pathsep}{os.environ.get('PATH', '')}"
                     env = {**self.env, "PATH": path}
                     if classes is not None:
                         env["FLEETGATE_CLASSES_DIR"] = str(classes)
-                    proc = fleetgate("image", "build", nc.name, *args,
-                                     timeout=BUILD_TIMEOUT_S, env=env)
-                    TIMINGS[f"image build {name}"] = time.monotonic() - t
+                    with timed(f"image build {name}"):
+                        proc = fleetgate("image", "build", nc.name, *args,
+                                         timeout=BUILD_TIMEOUT_S, env=env)
                     if proc.returncode != 0:
                         failed.write_text(proc.stdout[-4000:] + proc.stderr)
                     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
@@ -87,9 +85,8 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> LabFactory:
         argv = ["lab", "up", "--containers", str(containers), "--vms", str(vms), *args]
         for ref in images:
             argv += ["--image", ref]
-        t = time.monotonic()
-        proc = fleetgate(*argv, env=lab.env, timeout=timeout)
-        TIMINGS[f"lab up {name} ({containers} containers, {vms} VMs)"] = time.monotonic() - t
+        with timed(f"lab up {name} ({containers} containers, {vms} VMs)"):
+            proc = fleetgate(*argv, env=lab.env, timeout=timeout)
         try:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
             lab.up_output = proc  # what `lab up` printed: its progress lines are tested

@@ -33,7 +33,7 @@ from fleetgate.lab.paths import LabPaths
 from fleetgate.lab.state import load_state
 from fleetgate.spec.derive import packer_vars
 from fleetgate.spec.loader import load_class
-from tests.conftest import FLEETGATE, REPO, TIMINGS, fleetgate
+from tests.conftest import FLEETGATE, REPO, fleetgate, timed
 from tests.integration.conftest import GoldenImages
 
 CLASSES = REPO / "inventory" / "classes"
@@ -271,13 +271,12 @@ class Lab:
 def image_lab(tmp_path_factory: pytest.TempPathFactory, images: Path,
               built: dict[str, dict[str, Any]]) -> Iterator[Lab]:
     lab = Lab(tmp_path_factory.mktemp("imglab") / "lab", images)
-    t = time.monotonic()
     # Containers only: a VM started from the lab-vm image, and what it boots, is
     # test_kernel_update.py's first test (its module's VM is that image's host), so the
     # suite's slowest lane boots that image under TCG once, not twice.
-    proc = fleetgate("lab", "up", "--containers", "2", "--image", "lab-cpu:1", env=lab.env,
-                     timeout=900)
-    TIMINGS["lab up from images (2 containers)"] = time.monotonic() - t
+    with timed("lab up from images (2 containers)"):
+        proc = fleetgate("lab", "up", "--containers", "2", "--image", "lab-cpu:1",
+                         env=lab.env, timeout=900)
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield lab
@@ -333,10 +332,9 @@ def test_dkms_module_that_cannot_build_fails_the_build_and_leaves_nothing(
         tmp_path: Path) -> None:
     debs = _fgbroken_deb(tmp_path)
     out = tmp_path / "images"
-    t = time.monotonic()
-    proc = _build(out, str(FIXTURES / "classes" / "lab-vm-fgbroken.yml"),
-                  "--vendor-debs", str(debs))
-    TIMINGS["failing build lab-vm-fgbroken"] = time.monotonic() - t
+    with timed("failing build lab-vm-fgbroken"):
+        proc = _build(out, str(FIXTURES / "classes" / "lab-vm-fgbroken.yml"),
+                      "--vendor-debs", str(debs))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("fleetgate: lab-vm-fgbroken-1: ")
@@ -361,9 +359,8 @@ def test_qemu_source_builds_a_disk_that_boots_the_pin(tmp_path: Path) -> None:
     from fleetgate.lab.vm_supervisor import extract_boot_files, qemu_argv
 
     out = tmp_path / "images"
-    t = time.monotonic()
-    proc = _build(out, "lab-cpu", "--source", "qemu")
-    TIMINGS["build lab-cpu (qemu, TCG)"] = time.monotonic() - t
+    with timed("build lab-cpu (qemu, TCG)"):
+        proc = _build(out, "lab-cpu", "--source", "qemu")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     m = _manifest(out, "lab-cpu-1")
     assert m["image"]["source"] == "qemu" and m["image"]["artifact"] == "disk.raw"

@@ -208,6 +208,12 @@ def test_a_run_held_ahead_touches_no_host_and_journals_nothing_until_released(
              and e["data"]["event"] == "playbook_on_task_start"]
     assert tasks[:3] == [RELEASE_TASK, "Read kernel, manifest, package versions and version "
                          "files", before.RECORDED_TASK], tasks
+    # ... in one transaction at the release, with the release wait's own end (its first
+    # event after it): so with one commit's timestamp.
+    ans = [e for e in events if e["kind"] == "ansible"]
+    end = next(i for i, e in enumerate(ans) if e["data"].get("task") == RELEASE_TASK
+               and e["data"]["event"] == "runner_on_ok")
+    assert end >= 2 and len({e["ts"] for e in ans[:end + 1]}) == 1, ans[:end + 1]
     assert {e["host"] for e in events if e["kind"] == "hoststate"} == {"localhost", "gone"}
     assert (batch["tmp"] / "localhost.changed").read_text() == "2\n"
 
