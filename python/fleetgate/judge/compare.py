@@ -31,12 +31,16 @@ give NODATA with a reason naming what is missing.
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.judge import relative
 from fleetgate.judge.model import CanaryMetric, JudgeSettings, MetricVerdict, Mode
+
+# numpy, like scipy below, only where a comparison runs: every plan load reaches this module
+# (rollout/plan.py -> rollout/canary.py), and numpy's 30 ms or so would be paid by each CLI
+# call and batch worker that judges nothing.
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _stats() -> Any:
@@ -62,6 +66,8 @@ def shift_interval(c: np.ndarray[Any, Any], b: np.ndarray[Any, Any], alpha: floa
                    ) -> tuple[float, float]:
     """Each bound at 1 - alpha: the k-th smallest and largest pairwise difference, k from the
     normal approximation of U's distribution (Lehmann 1975, ch. 2)."""
+    import numpy as np
+
     d = np.sort(np.subtract.outer(c, b), axis=None)
     nc, nb = len(c), len(b)
     z = float(_stats().norm.ppf(1 - alpha))
@@ -96,6 +102,8 @@ def classify(metric: CanaryMetric, s: JudgeSettings, base: list[float], can: lis
                              f"{ref} {len(base)} ({need})", **record)
     if metric.kind == "count":
         return _counts(metric, s, base, can, record, ref, new)
+    import numpy as np
+
     b, c = np.asarray(base), np.asarray(can)
     b_med, c_med = float(np.median(b)), float(np.median(c))
     record.update(baseline_median=b_med, canary_median=c_med)
@@ -125,6 +133,8 @@ def _relative(metric: CanaryMetric, b_med: float, c_med: float, record: dict[str
 def _location_and_spread(metric: CanaryMetric, s: JudgeSettings, b: np.ndarray[Any, Any],
                          c: np.ndarray[Any, Any], record: dict[str, Any], ref: str
                          ) -> MetricVerdict:
+    import numpy as np
+
     b_med = record["baseline_median"]
     hl = float(np.median(np.subtract.outer(c, b)))
     rel = hl / abs(b_med)
@@ -170,6 +180,8 @@ def _spread(metric: CanaryMetric, s: JudgeSettings, b: np.ndarray[Any, Any],
             c: np.ndarray[Any, Any], record: dict[str, Any]) -> tuple[bool, str]:
     if metric.spread == "off":
         return False, ""
+    import numpy as np
+
     dev_b = float(np.mean(np.abs(b - np.median(b))))
     dev_c = float(np.mean(np.abs(c - np.median(c))))
     if dev_b == 0 and dev_c == 0:
@@ -197,6 +209,8 @@ def _counts(metric: CanaryMetric, s: JudgeSettings, base: list[float], can: list
     if odd:
         return MetricVerdict(outcome="nodata", reason=f"a count metric needs whole numbers >= 0, "
                              f"got {odd[0]:g}", **record)
+    import numpy as np
+
     kc, kb = int(sum(can)), int(sum(base))
     nc, nb = len(can), len(base)
     record.update(canary_events=kc, baseline_events=kb,
