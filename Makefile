@@ -18,7 +18,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 # An editable install compiles none of fleetgate's own modules, and where PYTHONDONTWRITEBYTECODE
 # is set (as on these machines) every fleetgate process, the CLI and each batch worker, compiles
-# them again: about 45 ms each. Not content/: those are the checkout's Ansible files.
+# them again: about 60 ms each. Not content/: those are the checkout's Ansible files.
 	$(BIN)/python -m compileall -q -x /content/ python/fleetgate
 	@touch $@
 
