@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,11 @@ def fleet(golden: GoldenImages, lab_up: LabFactory,
                             str(wheels), str(REPO)], capture_output=True, text=True,
                            timeout=600, check=False, stdin=subprocess.DEVNULL)
     assert built.returncode == 0, built.stdout + built.stderr
+    # Bytecode Ansible or Python wrote beside the checkout's content is no part of the wheel
+    # (pyproject.toml exclude-package-data): stale, and compiled again on the host anyway.
+    (whl,) = wheels.glob("fleetgate-*.whl")
+    pyc = [n for n in zipfile.ZipFile(whl).namelist() if n.endswith(".pyc")]
+    assert not pyc, pyc[:5]
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     # A real install: the wheel and its dependencies, at the versions the lock pins (pip's
