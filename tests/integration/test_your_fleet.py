@@ -91,8 +91,7 @@ def fleet(golden: GoldenImages, lab_up: LabFactory,
     # A real install: the wheel and its dependencies, at the versions the lock pins (pip's
     # cache holds them after `make venv`).
     proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c",
-                           str(REPO / "requirements.lock"), *map(str, wheels.glob(
-                               "fleetgate-*.whl"))],
+                           str(REPO / "requirements.lock"), str(whl)],
                           capture_output=True, text=True, timeout=900, check=False,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
