@@ -3,6 +3,7 @@ benchmarks run as scripts, `python benchmarks/X.py`)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -10,13 +11,33 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot, every process counted: the
+    lab's hosts too, which share its cores. /proc/stat's user, nice, system, irq and softirq;
+    not idle, iowait or steal (the hypervisor's), nor guest, which user already counts."""
+    with open("/proc/stat", encoding="ascii") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (
+            int(v) for v in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def timed_run(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
     """Wall seconds of one command run from the checkout; any other exit ends the benchmark
     with the command's own output, since a figure from a failed run means nothing."""
+    return measured_run(argv, env, ok)[0]
+
+
+def measured_run(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)
+                 ) -> tuple[float, float]:
+    """timed_run's wall seconds, and the CPU seconds the machine spent busy meanwhile. That
+    counts work the command left running when it returned (a detached worker) only up to its
+    return, and anything else the machine ran: compare it side by side, on a quiet machine."""
+    cpu0 = busy_cpu_s()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - t0
+    cpu = busy_cpu_s() - cpu0
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): "
                          f"{proc.stderr[-2000:]}{proc.stdout[-2000:]}")
-    return elapsed
+    return elapsed, cpu

@@ -13,7 +13,7 @@ import pytest
 
 from fleetgate.rollout import hostread
 from fleetgate.rollout.hostread import Wanted
-from fleetgate.rollout.plan import Target
+from fleetgate.rollout.target import Target
 
 
 def _sh(command: str) -> str:

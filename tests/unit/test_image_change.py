@@ -18,7 +18,8 @@ import yaml
 from fleetgate.errors import BadInput
 from fleetgate.image.manifest import manifest_digest
 from fleetgate.rollout import hoststate, image_change
-from fleetgate.rollout.plan import Target, load_plan
+from fleetgate.rollout.plan import load_plan
+from fleetgate.rollout.target import Target
 
 NODE_MANIFEST: dict[str, Any] = {
     "class": "lab-cpu", "class_version": 2, "drift": [],

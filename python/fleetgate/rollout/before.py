@@ -16,13 +16,16 @@ Two ways to take it, with the same module and the same journal rows:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.rollout import hostread, hoststate
 from fleetgate.rollout.hostread import Wanted
 from fleetgate.rollout.journal import Journal
-from fleetgate.rollout.plan import RolloutPlan, Target
+from fleetgate.rollout.target import Target
 from fleetgate.runner.private_state import write_private
+
+if TYPE_CHECKING:  # the batch worker imports this module, and needs no plan schema
+    from fleetgate.rollout.plan import RolloutPlan
 
 LABEL = "before"
 PLAYBOOK = "playbooks/rollout-before.yml"

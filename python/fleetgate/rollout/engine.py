@@ -35,7 +35,8 @@ from fleetgate.rollout import (
 )
 from fleetgate.rollout.journal import TERMINAL_HOST, HostRow, Journal
 from fleetgate.rollout.lease import Lease
-from fleetgate.rollout.plan import RolloutPlan, Target, classes_path, drain_of, playbook_path
+from fleetgate.rollout.plan import RolloutPlan, classes_path, drain_of, playbook_path
+from fleetgate.rollout.target import Target
 from fleetgate.rollout.waves import Assignment, Host
 from fleetgate.runner import inventory as inventory_sources
 from fleetgate.runner import secret_vars

@@ -18,7 +18,7 @@ from fleetgate.rollout.canary import (
     judge_self,
     no_reference,
 )
-from fleetgate.rollout.plan import Target
+from fleetgate.rollout.target import Target
 from fleetgate.smoke.model import CheckResult
 
 if TYPE_CHECKING:

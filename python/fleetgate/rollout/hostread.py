@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetgate.rollout.plan import ABS_PATH_RE, Target
+from fleetgate.rollout.target import ABS_PATH_RE, Target
 from fleetgate.spec.schema import DEB_PACKAGE_RE
 
 MANIFEST_PATH = "/etc/fleetgate/manifest.json"

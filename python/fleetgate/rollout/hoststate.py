@@ -8,7 +8,7 @@ from typing import Any
 
 from fleetgate.image.manifest import manifest_digest
 from fleetgate.rollout import hostread
-from fleetgate.rollout.plan import Target
+from fleetgate.rollout.target import Target
 from fleetgate.runner import ansible
 from fleetgate.site import content_root
 

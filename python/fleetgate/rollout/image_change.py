@@ -25,7 +25,8 @@ from fleetgate.image.manifest import manifest_digest, node_part
 from fleetgate.image.naming import ImageRef, parse_dir_name, parse_ref
 from fleetgate.image.store import MANIFEST, StoredImage, image_id, verify_sums
 from fleetgate.rollout import hoststate
-from fleetgate.rollout.plan import ImagePin, Target
+from fleetgate.rollout.plan import ImagePin
+from fleetgate.rollout.target import Target
 
 IMAGE_ID_FILE = "/etc/fleetgate/image-id"
 

@@ -26,6 +26,7 @@ from pydantic import (
 
 from fleetgate.errors import BadInput
 from fleetgate.rollout.canary import CanarySection
+from fleetgate.rollout.target import SHA256_RE, Target
 from fleetgate.rollout.var_policy import check_key
 from fleetgate.runner import redact
 from fleetgate.runner.secret_vars import SecretRef
@@ -38,13 +39,7 @@ from fleetgate.spec.loader import (
     load_model,
     resolve_class,
 )
-from fleetgate.spec.schema import (
-    CLASS_NAME_RE,
-    DEB_PACKAGE_RE,
-    KERNEL_ABI_RE,
-    PKG_VERSION_RE,
-    NodeClass,
-)
+from fleetgate.spec.schema import CLASS_NAME_RE, NodeClass
 
 PLAN_NAME_RE = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Ansible host/group patterns that reach `--limit`: the wrapper's own character class.
@@ -53,13 +48,11 @@ PLAYBOOK_RE = r"^[A-Za-z0-9_./-]{1,200}\.ya?ml$"
 VAR_KEY_RE = r"^[a-z_][a-z0-9_]{0,63}$"
 DOMAIN_KEY_RE = r"^[a-z_][a-z0-9_]{0,31}$"
 HHMM_RE = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-ABS_PATH_RE = r"^(/[A-Za-z0-9._+-]+)+$"
 # A budget: a count (2) or a share of the hosts it applies to ("10%").
 BUDGET_RE = r"^([0-9]{1,3}(\.[0-9]+)?%|[0-9]{1,6})$"
 STEP_RE = r"^[0-9]{1,3}(\.[0-9]+)?%$"
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:+~=@/ -]{0,200}$")
 
-SHA256_RE = r"^[0-9a-f]{64}$"
 _CLASS = CLASS_NAME_RE.strip("^$")
 IMAGE_REF_RE = rf"^{_CLASS}:[1-9][0-9]{{0,5}}$"
 IMAGE_NAME_RE = rf"^{_CLASS}-[1-9][0-9]{{0,5}}$"
@@ -153,38 +146,6 @@ def _check_vars(value: dict[str, Any], where: str) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: only numbers, booleans and strings of "
                              "[A-Za-z0-9_.,:+~=@/ -] (or lists of them) are allowed")
     return value
-
-
-class Target(_Strict):
-    """What a host looks like once the change (or its rollback) is in place. The controller
-    checks it after every apply and, after a crash, before trusting its own journal."""
-
-    kernel_release: Annotated[str, StringConstraints(pattern=KERNEL_ABI_RE)] | None = None
-    packages: dict[Annotated[str, StringConstraints(pattern=DEB_PACKAGE_RE)],
-                   Annotated[str, StringConstraints(pattern=PKG_VERSION_RE)]] = Field(
-        default_factory=dict)
-    # Manifest fields by dotted path, e.g. {"class_version": 2, "kernel.abi": "6.1.0-57"}.
-    manifest: dict[Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_.]{0,99}$")],
-                   str | int | bool] = Field(default_factory=dict)
-    # Small version files, e.g. {"/etc/fleetgate/image-version": "2"}; compared stripped.
-    files: dict[Annotated[str, StringConstraints(pattern=ABS_PATH_RE)],
-                Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+~-]{0,100}$")]] = (
-        Field(default_factory=dict))
-    # Take the target from the node class the run applies (its `classes`, or the inventory's
-    # classes for one without), so a new class version is the one place its pins are written:
-    # the class's kernel ABI (unless its hosts are containers, which run the host's kernel)
-    # and its version as the manifest's class_version. Resolved when the plan is loaded, so
-    # the artifact an operator reviews shows the values.
-    from_class: bool = False
-    # sha256 of the canonical JSON of the host's whole /etc/fleetgate/manifest.json: set for
-    # an image change, from the image's own manifest (rollout/image_change.py), so any drift
-    # from the image fails verification.
-    manifest_sha256: Annotated[str, StringConstraints(pattern=SHA256_RE)] | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not (self.kernel_release or self.packages or self.manifest or self.files
-                    or self.manifest_sha256)
 
 
 class ImagePin(_Strict):

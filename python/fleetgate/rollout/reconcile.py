@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetgate.rollout import hoststate, measure, worker
 from fleetgate.rollout.journal import IN_FLIGHT
-from fleetgate.rollout.plan import Target
+from fleetgate.rollout.target import Target
 
 if TYPE_CHECKING:
     from fleetgate.rollout.engine import Controller
