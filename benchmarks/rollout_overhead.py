@@ -229,8 +229,9 @@ def main() -> None:
                                  **hostread.extravars(hostread.Wanted())})
             play = [str(BIN / "ansible-playbook"), "-i", str(inventory), "-e", serial]
             pb = [*play, str(REPO / "examples/rollout/noop.yml")]
-            pb_read = [*play, str(read_and_change(root))]
-            batches = per_batch(play, read_and_change(root), inventory)
+            read_first = read_and_change(root)
+            pb_read = [*play, str(read_first)]
+            batches = per_batch(play, read_first, inventory)
             timed_run(pb, ansible_env)  # warm: host keys, control sockets, page cache
             rows = []
             for i in range(args.runs):

@@ -13,9 +13,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from fleetgate.runner.secret_vars import ABS_PATH_RE
 from fleetgate.spec.schema import DEB_PACKAGE_RE, KERNEL_ABI_RE, PKG_VERSION_RE
 
-ABS_PATH_RE = r"^(/[A-Za-z0-9._+-]+)+$"
+__all__ = ["ABS_PATH_RE", "SHA256_RE", "Target"]
+
 SHA256_RE = r"^[0-9a-f]{64}$"
 
 
