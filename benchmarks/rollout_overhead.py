@@ -67,6 +67,13 @@ Figures (issue 17 item 6), 2-core shared machine:
   host before its change reaches 1.10 on this machine, and one run per batch is 1.50x.
   One long-lived Ansible run per rollout, the other way the entry before last names, is not
   open to a controller of playbooks it did not write (`ansible_per_batch` above).
+- The hosts off the controller's cores (--host-cores 1: the containers on core 1, this
+  benchmark and all it starts on core 0), 5 alternating rounds, medians, wall s / controller
+  core CPU-s / hosts' core CPU-s: ansible-playbook 3.87 / 1.33 / 3.10, reading first 4.47 /
+  1.84 / 3.32, one run per batch 6.08 / 3.17 / 3.32, fleetgate 7.76 / 5.01 / 3.30 (ratio
+  1.97, 1.28 to one run per batch). Plain Ansible is bound by its hosts, fleetgate by its
+  controller; the hosts' work is the same. A shared-core run right after: 3.01 s plain, 5.04 s
+  fleetgate, ratio 1.68 (1.105 to one run per batch).
 """
 
 from __future__ import annotations
@@ -85,9 +92,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from timing import measured_run, timed_run
+from timing import busy_cpu_s, measured_run, timed_run
 
+from fleetgate.lab.paths import LabPaths
 from fleetgate.rollout import hostread
+from fleetgate.system.podman import Podman
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -176,13 +185,16 @@ def phases(db: Path, rid: str, t0: float, t1: float) -> dict[str, float]:
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def _measure(row: dict[str, Any], name: str, argvs: list[list[str]], env: dict[str, str]
-             ) -> None:
+def _measure(row: dict[str, Any], name: str, argvs: list[list[str]], env: dict[str, str],
+             split: dict[str, list[int]] | None = None) -> None:
     """The runs' wall seconds and the machine's busy CPU seconds meanwhile, one run after the
-    other, summed into `row`."""
+    other, summed into `row`; with the cores split (split_cores), also each side's."""
+    sides = {side: busy_cpu_s(cores) for side, cores in (split or {}).items()}
     runs = [measured_run(argv, env) for argv in argvs]
     row[f"{name}_s"] = round(sum(w for w, _ in runs), 2)
     row[f"{name}_cpu_s"] = round(sum(c for _, c in runs), 2)
+    for side, cores in (split or {}).items():
+        row[f"{name}_{side}_cpu_s"] = round(busy_cpu_s(cores) - sides[side], 2)
 
 
 def per_batch(play: list[str], playbook: Path, inventory: Path) -> list[list[str]]:
@@ -196,12 +208,34 @@ def per_batch(play: list[str], playbook: Path, inventory: Path) -> list[list[str
              str(playbook)] for a, b in itertools.pairwise(cuts)]
 
 
+def split_cores(lab: Path, host_cores: int) -> dict[str, list[int]]:
+    """Put the lab's hosts on the last `host_cores` cores and this benchmark, with all it
+    starts (Ansible, fleetgate, ssh and its control masters), on the others: a controller
+    whose hosts do not share its cores, as on a fleet. The containers' cpusets are cgroup
+    limits that podman sets (`podman update`); this process's affinity is inherited by every
+    process it starts."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not 0 < host_cores < len(cores):
+        raise SystemExit(f"--host-cores: {host_cores} is not between 1 and {len(cores) - 1} "
+                         f"(this machine has {len(cores)} cores)")
+    hosts, controller = cores[-host_cores:], cores[:-host_cores]
+    paths = LabPaths(lab)
+    podman = Podman(paths.containers_conf)
+    for name in podman.containers_with_label(paths.lab_id):  # `podman update` takes one
+        podman("update", "--cpuset-cpus", ",".join(map(str, hosts)), name)
+    os.sched_setaffinity(0, controller)
+    return {"hosts": hosts, "controller": controller}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
                     help="another fleetgate checkout (same venv) to run side by side, e.g. "
                          "a `git worktree` of the commit before a change")
+    ap.add_argument("--host-cores", type=int, metavar="N",
+                    help="run the lab's hosts on the last N cores and the controller side "
+                         "on the rest (split_cores); default: all share every core")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -214,6 +248,7 @@ def main() -> None:
         timed_run([FLEETGATE, "lab", "up", "--containers", str(n)], env)
         inventory = root / "lab" / "inventory.yml"
         try:
+            split = split_cores(root / "lab", args.host_cores) if args.host_cores else None
             plan = root / "noop.plan.yml"
             plan.write_text(yaml.safe_dump({
                 "name": "noop", "targets": {"inventory": str(inventory), "class": "lab-cpu"},
@@ -236,16 +271,16 @@ def main() -> None:
             rows = []
             for i in range(args.runs):
                 row: dict[str, Any] = {}
-                _measure(row, "ansible_playbook", [pb], ansible_env)
-                _measure(row, "ansible_read", [pb_read], ansible_env)
-                _measure(row, "ansible_per_batch", batches, ansible_env)
+                _measure(row, "ansible_playbook", [pb], ansible_env, split)
+                _measure(row, "ansible_read", [pb_read], ansible_env, split)
+                _measure(row, "ansible_per_batch", batches, ansible_env, split)
                 if base_env is not None:
                     _measure(row, "baseline", [[FLEETGATE, "rollout", "start", str(plan),
-                                                "--id", f"base-{i}"]], base_env)
+                                                "--id", f"base-{i}"]], base_env, split)
                     row["baseline_ratio"] = round(row["baseline_s"] / row["ansible_playbook_s"], 3)
                 t0 = time.time()
                 _measure(row, "fleetgate", [[FLEETGATE, "rollout", "start", str(plan), "--id",
-                                             f"noop-{i}"]], env)
+                                             f"noop-{i}"]], env, split)
                 row.update(ratio=round(row["fleetgate_s"] / row["ansible_playbook_s"], 3),
                            ratio_to_read=round(row["fleetgate_s"] / row["ansible_read_s"], 3),
                            ratio_to_per_batch=round(row["fleetgate_s"]
@@ -259,7 +294,8 @@ def main() -> None:
         finally:
             timed_run([FLEETGATE, "lab", "down"], env)
     medians = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "phases"}
-    print(json.dumps({"hosts": n, "layout": LAYOUT, "cores": os.cpu_count(), "runs": rows,
+    print(json.dumps({"hosts": n, "layout": LAYOUT, "cores": os.cpu_count(),
+                      "split_cores": split, "runs": rows,
                       **{f"median_{k}": v for k, v in medians.items()},
                       "median_phases_s": {k: statistics.median(r["phases"][k] for r in rows)
                                           for k in rows[0]["phases"]}},

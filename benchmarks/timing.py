@@ -6,19 +6,26 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def busy_cpu_s() -> float:
-    """CPU seconds the whole machine has spent busy since boot, every process counted: the
-    lab's hosts too, which share its cores. /proc/stat's user, nice, system, irq and softirq;
-    not idle, iowait or steal (the hypervisor's), nor guest, which user already counts."""
+def busy_cpu_s(cores: Collection[int] | None = None) -> float:
+    """CPU seconds the whole machine, or just `cores`, has spent busy since boot, every process
+    counted: the lab's hosts too, which share its cores. /proc/stat's user, nice, system, irq
+    and softirq; not idle, iowait or steal (the hypervisor's), nor guest, which user already
+    counts."""
+    wanted = None if cores is None else {f"cpu{c}" for c in cores}
+    ticks = 0
     with open("/proc/stat", encoding="ascii") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = (
-            int(v) for v in f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+        for line in f:
+            name, *values = line.split()
+            if name == "cpu" if wanted is None else name in wanted:
+                user, nice, system, _idle, _iowait, irq, softirq = map(int, values[:7])
+                ticks += user + nice + system + irq + softirq
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def timed_run(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
