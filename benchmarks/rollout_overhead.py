@@ -92,7 +92,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from timing import busy_cpu_s, measured_run, timed_run
+from timing import busy_core_s, measured_run, timed_run
 
 from fleetgate.lab.paths import LabPaths
 from fleetgate.rollout import hostread
@@ -189,12 +189,13 @@ def _measure(row: dict[str, Any], name: str, argvs: list[list[str]], env: dict[s
              split: dict[str, list[int]] | None = None) -> None:
     """The runs' wall seconds and the machine's busy CPU seconds meanwhile, one run after the
     other, summed into `row`; with the cores split (split_cores), also each side's."""
-    sides = {side: busy_cpu_s(cores) for side, cores in (split or {}).items()}
+    before = busy_core_s()
     runs = [measured_run(argv, env) for argv in argvs]
+    after = busy_core_s()
     row[f"{name}_s"] = round(sum(w for w, _ in runs), 2)
     row[f"{name}_cpu_s"] = round(sum(c for _, c in runs), 2)
     for side, cores in (split or {}).items():
-        row[f"{name}_{side}_cpu_s"] = round(busy_cpu_s(cores) - sides[side], 2)
+        row[f"{name}_{side}_cpu_s"] = round(sum(after[c] - before[c] for c in cores), 2)
 
 
 def per_batch(play: list[str], playbook: Path, inventory: Path) -> list[list[str]]:

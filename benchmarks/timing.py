@@ -6,26 +6,34 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Collection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def busy_cpu_s(cores: Collection[int] | None = None) -> float:
-    """CPU seconds the whole machine, or just `cores`, has spent busy since boot, every process
-    counted: the lab's hosts too, which share its cores. /proc/stat's user, nice, system, irq
-    and softirq; not idle, iowait or steal (the hypervisor's), nor guest, which user already
-    counts."""
-    wanted = None if cores is None else {f"cpu{c}" for c in cores}
-    ticks = 0
+def _busy_rows() -> dict[str, float]:
+    """Busy CPU seconds since boot per /proc/stat row: `cpu` for the whole machine, `cpuN`
+    for each core. User, nice, system, irq and softirq; not idle, iowait or steal (the
+    hypervisor's), nor guest, which user already counts."""
+    rows: dict[str, float] = {}
     with open("/proc/stat", encoding="ascii") as f:
         for line in f:
             name, *values = line.split()
-            if name == "cpu" if wanted is None else name in wanted:
+            if name.startswith("cpu"):
                 user, nice, system, _idle, _iowait, irq, softirq = map(int, values[:7])
-                ticks += user + nice + system + irq + softirq
-    return ticks / os.sysconf("SC_CLK_TCK")
+                rows[name] = (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    return rows
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot, every process counted: the
+    lab's hosts too, which share its cores."""
+    return _busy_rows()["cpu"]
+
+
+def busy_core_s() -> dict[int, float]:
+    """busy_cpu_s for each core, from one reading."""
+    return {int(k[3:]): v for k, v in _busy_rows().items() if k != "cpu"}
 
 
 def timed_run(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
