@@ -71,16 +71,19 @@ class Lab(LabHandle):
         return doc
 
     def wait_phase(self, rid: str, phase: str, proc: subprocess.Popen[str],
-                   timeout: float = 180) -> None:
-        """Until the controller in `proc` reports `phase` (the rollout may not exist yet)."""
+                   timeout: float = 180, *, poll_s: float = 1.0, prefix: bool = False) -> None:
+        """Until the controller in `proc` reports `phase`, or a phase starting with it
+        (`prefix`); the rollout may not exist yet."""
         deadline = time.monotonic() + timeout
         while True:
             got = self.rollout("status", rid, "--json")
-            if got.returncode == 0 and json.loads(got.stdout)["phase"] == phase:
-                return
+            if got.returncode == 0:
+                now = json.loads(got.stdout)["phase"] or ""
+                if now == phase or (prefix and now.startswith(phase)):
+                    return
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, f"{rid} never reached {phase!r}"
-            time.sleep(1)
+            time.sleep(poll_s)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         env = {**os.environ, "FLEETGATE_HOME": str(REPO), "COLUMNS": "200", **self.env}
@@ -286,6 +289,51 @@ def test_rollback_mode_restores_the_old_version_on_the_failed_canary(lab: Lab) -
     assert lab.applies("lab-c01", "rollback") == 1 and lab.version("lab-c01") == "1"
     states = [e["data"]["to"] for e in host_events(lab, "rollback-1") if e["host"] == "lab-c01"]
     assert states == ["applying", "rolling_back", "rolled_back"]
+
+
+def test_a_host_lost_during_the_soak_is_held_and_halts_the_rollout_not_rolled_back(
+        lab: Lab) -> None:
+    """The soak re-runs the wave's gates with the policies they had after the change: a host
+    that cannot be measured at the soak's end is held (failed_held, inconclusive), as it would
+    be after its change, and the rollout halts; a rollback it could not take is not tried."""
+    soak_s = 12  # time enough to cut the canary's network once the soak has started
+    plan = lab.plan("soak", on_failure="rollback",
+                    soak={"seconds": soak_s, "rerun_smoke": True},
+                    budgets={"per_wave": {"max_failed": 1}, "total": {"max_failed": 1}})
+    proc = lab.popen("start", str(plan), "--id", "soak-1")
+    try:
+        lab.wait_phase("soak-1", "soak until", proc, poll_s=0.3, prefix=True)
+        lab.run("lab", "fault", "lab-c01", "cut-network")
+        cut_at = time.time()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab.run("lab", "heal", "lab-c01")
+    assert proc.returncode == EXIT["halted"], out[-1500:] + err
+    soak = [e for e in lab_history(lab, "soak-1", "soak") if e["wave"] == 1]
+    assert [e["data"]["state"] for e in soak] == ["started", "done"], soak
+    assert cut_at < soak[0]["data"]["until"], "the fault came after the soak had ended"
+    s = lab.status("soak-1")
+    c = s["hosts"]["lab-c01"]
+    assert c["state"] == "failed_held", c
+    assert c["reason"].startswith("soak inconclusive: gate discovery inconclusive"), c
+    assert s["reason"] == "soak inconclusive on lab-c01 (policy halt)", s["reason"]
+    # Not rolled back: its change stays, applied once, and no rollback batch ran.
+    assert lab.applies("lab-c01", "soak") == 1 and lab.version("lab-c01") == "soak"
+    states = [e["data"]["to"] for e in host_events(lab, "soak-1") if e["host"] == "lab-c01"]
+    assert states[-2:] == ["healthy", "failed_held"] and "rolling_back" not in states, states
+    measured = [e for e in lab_history(lab, "soak-1", "smoke")
+                if e["data"]["label"] == "soak"]
+    assert [(e["host"], e["data"]["result"]["status"]) for e in measured] == [
+        ("lab-c01", "inconclusive")]
+    assert all(lab.applies(h, "soak") == 0 for h in WAVE1 + WAVE2)
+
+
+def lab_history(lab: Lab, rid: str, kind: str) -> list[dict[str, Any]]:
+    proc = lab.rollout("history", rid, "--json", "--kind", kind, check=True)
+    events: list[dict[str, Any]] = json.loads(proc.stdout)
+    return events
 
 
 def test_second_controller_is_refused_and_a_dead_ones_lease_is_taken_over(lab: Lab) -> None:

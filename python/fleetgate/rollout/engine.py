@@ -308,11 +308,18 @@ class Controller:
                            phase=f"soak until {dt.datetime.fromtimestamp(until, dt.UTC):%H:%M:%SZ}")
         self._sleep(max(0.0, until - time.time()))
         if self.plan.soak.rerun_smoke and self.plan.soak.seconds > 0 and healthy:
-            run = self._smoke(healthy, k, label="soak")
-            for h in healthy:
-                bad = [r for r in run.results if r.host == h and r.status != "pass"]
-                if bad:
-                    self._fail([h], k, {h: "after soak: " + gates.why(bad)}, redrain=True)
+            # The gates the change passed, with the same retry and inconclusive policies: a
+            # host that cannot be measured now is held, as after its change, not rolled back.
+            failed, unsure = gates.smoke(self, healthy, k, label="soak")
+            bad = [h for h in healthy if h in failed]
+            # A batch's size bounds a rollback batch too, as it bounds the change's.
+            step = self.plan.concurrency
+            for i in range(0, len(bad), step):
+                part = bad[i:i + step]
+                self._fail(part, k, {h: f"after soak: {failed[h]}" for h in part},
+                           redrain=True)
+            if unsure:
+                self._inconclusive(unsure, k, label="soak", redrain=True)
         self.j.event(self.rid, "soak", {"state": "done"}, wave=k)
         self._safe_point(wave=k)
 
@@ -397,11 +404,15 @@ class Controller:
             self.j.set_hosts(self.rid, list(failed), "failed_held", failed)
         self.j.set_hosts(self.rid, hosts, "healthy", "applied and verified")
 
-    def _inconclusive(self, unsure: dict[str, str], k: int) -> None:
-        # The retry policy was already spent inside _verify; what is left halts.
+    def _inconclusive(self, unsure: dict[str, str], k: int, *, label: str = "verify",
+                      redrain: bool = False) -> None:
+        # The retry policy was already spent inside the gates; what is left halts. A host
+        # back in service (after a soak) is drained again: held means out of service.
         self.j.set_hosts(self.rid, list(unsure), "failed_held",
-                         {h: f"verify inconclusive: {why}" for h, why in unsure.items()})
-        self.halt_now = ("verify inconclusive on " + ", ".join(sorted(unsure))
+                         {h: f"{label} inconclusive: {why}" for h, why in unsure.items()})
+        if redrain and self.drain is not None:
+            self._drain_run("drain", list(unsure), k)
+        self.halt_now = (f"{label} inconclusive on " + ", ".join(sorted(unsure))
                          + f" (policy {self.plan.gates.inconclusive.policy})")
 
     def _fail(self, hosts: list[str], k: int, reasons: dict[str, str], *,

@@ -19,7 +19,7 @@ from fleetgate.rollout.canary import (
     no_reference,
 )
 from fleetgate.rollout.target import Target
-from fleetgate.smoke.model import CheckResult
+from fleetgate.smoke.model import CheckResult, by_host
 
 if TYPE_CHECKING:
     from fleetgate.rollout.engine import Controller
@@ -49,16 +49,30 @@ def verify(ctl: Controller, hosts: list[str], k: int, target: Target, *, label: 
             elif diff := hoststate.mismatches(target, st):
                 failed[h] = f"not at target after {label}: " + "; ".join(diff)
         todo = [h for h in todo if h not in failed and h not in unsure]
+    s_failed, s_unsure = smoke(ctl, todo, k, label=label)
+    failed.update(s_failed)
+    unsure.update(s_unsure)
+    good = [h for h in hosts if h not in failed and h not in unsure]
+    return good, failed, unsure
+
+
+def smoke(ctl: Controller, hosts: list[str], k: int, *, label: str
+          ) -> tuple[dict[str, str], dict[str, str]]:
+    """The plan's smoke checks on `hosts`, with its retry policies: a failed gate is measured
+    again `retries` times, an inconclusive one `inconclusive.retries` times under `retry`.
+    Returns (failed with reason, inconclusive with reason); a host in neither passed."""
+    failed: dict[str, str] = {}
+    unsure: dict[str, str] = {}
     gates = ctl.plan.gates
     fail_tries = gates.retries
     unsure_tries = gates.inconclusive.retries if gates.inconclusive.policy == "retry" else 0
+    todo = list(hosts)
     while todo and gates.checks:
-        run = ctl._smoke(todo, k, label=label)
+        mine = by_host(ctl._smoke(todo, k, label=label).results)
         next_round: list[str] = []
         for h in todo:
-            mine = [r for r in run.results if r.host == h]
-            bad = [r for r in mine if r.status == "fail"]
-            odd = [r for r in mine if r.status == "inconclusive"]
+            bad = [r for r in mine.get(h, []) if r.status == "fail"]
+            odd = [r for r in mine.get(h, []) if r.status == "inconclusive"]
             if (bad and fail_tries > 0) or (not bad and odd and unsure_tries > 0):
                 next_round.append(h)
             elif bad:
@@ -71,8 +85,7 @@ def verify(ctl: Controller, hosts: list[str], k: int, target: Target, *, label: 
         fail_tries -= 1
         unsure_tries -= 1
         todo = next_round
-    good = [h for h in hosts if h not in failed and h not in unsure]
-    return good, failed, unsure
+    return failed, unsure
 
 
 def _judge_host(ctl: Controller, c: CanarySection, h: str, mine: list[CheckResult]
@@ -109,8 +122,9 @@ def canary(ctl: Controller, hosts: list[str], k: int) -> Verdicts:
         measured = measure.measure(ctl, todo, k, label="canary",
                                    checks=canary_gate.checks_for(c))
         again: list[str] = []
+        mine = by_host(measured)
         for h in todo:
-            v = _judge_host(ctl, c, h, [r for r in measured if r.host == h])
+            v = _judge_host(ctl, c, h, mine.get(h, []))
             ctl.j.event(ctl.rid, "canary", {"hosts": hosts, "verdict": v.model_dump(mode="json"),
                                             "explanation": explain(v)}, host=h, wave=k)
             failing = [m.name for m in v.metrics if m.outcome == "fail"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fleetgate.rollout import canary_gate
 from fleetgate.rollout.canary import Mode
 from fleetgate.rollout.plan import classes_path
-from fleetgate.smoke.model import CheckResult
+from fleetgate.smoke.model import CheckResult, by_host
 
 if TYPE_CHECKING:
     from fleetgate.rollout.engine import Controller
@@ -60,14 +60,13 @@ def measure(ctl: Controller, hosts: list[str], k: int, *, label: str, checks: Se
         results += ctl._smoke(hosts, k, label=label, checks=checks).results
         if c is None:
             break
+        mine = by_host(results)
         short = [h for h in hosts if any(
-            len(v) < c.repeats for v in canary_gate.samples(
-                c, [r for r in results if r.host == h]).values())]
+            len(v) < c.repeats for v in canary_gate.samples(c, mine.get(h, [])).values())]
         if not short:
             break
         # A host that cannot be measured at all will not improve by asking again.
-        if all(not any(r.host == h and r.probe_status == "ok" for r in results)
-               for h in short):
+        if all(not any(r.probe_status == "ok" for r in mine.get(h, [])) for h in short):
             break
     return results
 
@@ -143,5 +142,6 @@ def measure_before(ctl: Controller, hosts: list[str], k: int) -> None:
     if c is None or not (c.mode == "self" or ctl.reference.mode == "self"):
         return
     results = measure(ctl, hosts, k, label="before", checks=canary_gate.checks_for(c))
+    mine = by_host(results)
     for h in hosts:
-        ctl.before[h] = [r for r in results if r.host == h]
+        ctl.before[h] = mine.get(h, [])

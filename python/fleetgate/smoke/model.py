@@ -7,6 +7,7 @@ that crashed or printed garbage) is inconclusive, never fail: probe_status keeps
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -56,6 +57,15 @@ def read_results(path: Path) -> list[CheckResult]:
         return []
     return [CheckResult.model_validate_json(line)
             for line in path.read_text().splitlines() if line.strip()]
+
+
+def by_host(results: Iterable[CheckResult]) -> dict[str, list[CheckResult]]:
+    """Each host's results, in their order: one pass over a run's results, where a scan per
+    host would grow with hosts x results (a soak re-run measures a whole wave at once)."""
+    out: dict[str, list[CheckResult]] = {}
+    for r in results:
+        out.setdefault(r.host, []).append(r)
+    return out
 
 
 def parse_probe_output(text: str, *, source: str = "probe output") -> ProbeReport:
