@@ -107,10 +107,14 @@ def lab(golden: GoldenImages, lab_up: LabFactory) -> Iterator[Lab]:
         yield lab
 
 
-def host_events(lab: Lab, rid: str) -> list[dict[str, Any]]:
-    proc = lab.rollout("history", rid, "--json", "--kind", "host", check=True)
+def history(lab: Lab, rid: str, kind: str) -> list[dict[str, Any]]:
+    proc = lab.rollout("history", rid, "--json", "--kind", kind, check=True)
     events: list[dict[str, Any]] = json.loads(proc.stdout)
     return events
+
+
+def host_events(lab: Lab, rid: str) -> list[dict[str, Any]]:
+    return history(lab, rid, "host")
 
 
 def test_plan_prints_waves_and_budgets_and_touches_nothing(lab: Lab) -> None:
@@ -311,7 +315,7 @@ def test_a_host_lost_during_the_soak_is_held_and_halts_the_rollout_not_rolled_ba
             proc.kill()
         lab.run("lab", "heal", "lab-c01")
     assert proc.returncode == EXIT["halted"], out[-1500:] + err
-    soak = [e for e in lab_history(lab, "soak-1", "soak") if e["wave"] == 1]
+    soak = [e for e in history(lab, "soak-1", "soak") if e["wave"] == 1]
     assert [e["data"]["state"] for e in soak] == ["started", "done"], soak
     assert cut_at < soak[0]["data"]["until"], "the fault came after the soak had ended"
     s = lab.status("soak-1")
@@ -323,17 +327,11 @@ def test_a_host_lost_during_the_soak_is_held_and_halts_the_rollout_not_rolled_ba
     assert lab.applies("lab-c01", "soak") == 1 and lab.version("lab-c01") == "soak"
     states = [e["data"]["to"] for e in host_events(lab, "soak-1") if e["host"] == "lab-c01"]
     assert states[-2:] == ["healthy", "failed_held"] and "rolling_back" not in states, states
-    measured = [e for e in lab_history(lab, "soak-1", "smoke")
+    measured = [e for e in history(lab, "soak-1", "smoke")
                 if e["data"]["label"] == "soak"]
     assert [(e["host"], e["data"]["result"]["status"]) for e in measured] == [
         ("lab-c01", "inconclusive")]
     assert all(lab.applies(h, "soak") == 0 for h in WAVE1 + WAVE2)
-
-
-def lab_history(lab: Lab, rid: str, kind: str) -> list[dict[str, Any]]:
-    proc = lab.rollout("history", rid, "--json", "--kind", kind, check=True)
-    events: list[dict[str, Any]] = json.loads(proc.stdout)
-    return events
 
 
 def test_second_controller_is_refused_and_a_dead_ones_lease_is_taken_over(lab: Lab) -> None:
